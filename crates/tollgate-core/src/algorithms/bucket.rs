@@ -1,0 +1,30 @@
+//! The arithmetic shared by the token bucket, GCRA and the leaky meter: all
+//! three reduce a key to its *debt*, the capacity in use at `now` in ticks
+//! (`0..=burst*T`), and differ only in how they store it.
+
+use crate::{Decision, Quota, RetryAfter};
+
+/// Decides a request of `cost` against `debt`; returns the decision and the
+/// debt after charging it (meaningful only when admitted).
+#[inline]
+pub(crate) fn decide(quota: &Quota, debt: u128, cost: u64) -> (Decision, u128) {
+    let capacity = quota.burst_ticks();
+    let report = |allowed, debt_after: u128, retry_after| Decision {
+        allowed,
+        limit: quota.burst(),
+        remaining: quota.units_floor(capacity.saturating_sub(debt_after)),
+        retry_after,
+        reset_after: quota.ns_ceil(debt_after),
+        delay: 0,
+    };
+    if cost > quota.burst() {
+        return (report(false, debt, RetryAfter::Never), debt);
+    }
+    let after = debt + quota.cost_ticks(cost);
+    if after <= capacity || cost == 0 {
+        (report(true, after, RetryAfter::Now), after)
+    } else {
+        let wait = RetryAfter::After(quota.ns_ceil(after - capacity));
+        (report(false, debt, wait), debt)
+    }
+}

@@ -1,0 +1,50 @@
+//! Fixed window: a counter per window `[k*period, (k+1)*period)` aligned on
+//! time 0; admits while `count + cost <= limit`.
+
+use super::Step;
+use crate::{Decision, Quota, RetryAfter};
+
+/// The count of the window holding the last charge, and that charge's time.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct FixedWindow {
+    count: u64,
+    last: u64,
+}
+
+impl Step for FixedWindow {
+    fn fresh(_quota: &Quota) -> Self {
+        FixedWindow::default()
+    }
+
+    fn step(&self, quota: &Quota, now: u64, cost: u64) -> (Decision, Self) {
+        let now = now.max(self.last);
+        let period = quota.period_ns();
+        let limit = quota.limit();
+        let count = if now / period == self.last / period {
+            self.count
+        } else {
+            0
+        };
+        let to_end = period - now % period;
+        let report = |allowed, count: u64, retry_after| Decision {
+            allowed,
+            limit,
+            remaining: limit.saturating_sub(count),
+            retry_after,
+            reset_after: if count > 0 { to_end } else { 0 },
+            delay: 0,
+        };
+        if cost > limit {
+            return (report(false, count, RetryAfter::Never), *self);
+        }
+        if cost <= limit.saturating_sub(count) || cost == 0 {
+            let count = count + cost;
+            (
+                report(true, count, RetryAfter::Now),
+                FixedWindow { count, last: now },
+            )
+        } else {
+            (report(false, count, RetryAfter::After(to_end)), *self)
+        }
+    }
+}

@@ -1,0 +1,76 @@
+//! One module per algorithm, each a small per-key state with the exact rules
+//! of `SPEC.md`.
+//!
+//! Every state records the time of its last charge and treats an earlier
+//! `now` as that time, so a key's clock never runs backwards. Denials and
+//! peeks (cost 0) change nothing, which is what makes [`AlgorithmState::preview`]
+//! and [`AlgorithmState::decide`] agree and multi-rule decisions atomic.
+
+mod bucket;
+pub mod fixed_window;
+pub mod gcra;
+pub mod leaky_bucket;
+pub mod leaky_queue;
+pub mod sliding_counter;
+pub mod sliding_log;
+pub mod token_bucket;
+
+pub use fixed_window::FixedWindow;
+pub use gcra::Gcra;
+pub use leaky_bucket::LeakyBucket;
+pub use leaky_queue::LeakyQueue;
+pub use sliding_counter::SlidingCounter;
+pub use sliding_log::SlidingLog;
+pub use token_bucket::TokenBucket;
+
+use crate::{Decision, Quota};
+
+/// The per-key state of one algorithm.
+///
+/// The quota passed to each call must be the one the state was created
+/// with; a different one gives well-defined but meaningless numbers (never a
+/// panic).
+pub trait AlgorithmState: Sized {
+    /// The state of a key that has never been seen.
+    fn new(quota: &Quota) -> Self;
+
+    /// The decision `decide` would make, without applying it.
+    fn preview(&self, quota: &Quota, now: u64, cost: u64) -> Decision;
+
+    /// Decides on a request of `cost` at `now` (ns) and charges it if admitted.
+    fn decide(&mut self, quota: &Quota, now: u64, cost: u64) -> Decision;
+
+    /// Whether the key, left alone until `now`, is back to its initial state
+    /// (so a store may forget it).
+    fn is_idle(&self, quota: &Quota, now: u64) -> bool {
+        self.preview(quota, now, 0).reset_after == 0
+    }
+}
+
+/// A `Copy` state written as one pure step: the decision and the state after
+/// charging it. `preview` and `decide` follow from it.
+pub(crate) trait Step: Copy {
+    fn fresh(quota: &Quota) -> Self;
+    fn step(&self, quota: &Quota, now: u64, cost: u64) -> (Decision, Self);
+}
+
+impl<S: Step> AlgorithmState for S {
+    #[inline]
+    fn new(quota: &Quota) -> Self {
+        S::fresh(quota)
+    }
+
+    #[inline]
+    fn preview(&self, quota: &Quota, now: u64, cost: u64) -> Decision {
+        self.step(quota, now, cost).0
+    }
+
+    #[inline]
+    fn decide(&mut self, quota: &Quota, now: u64, cost: u64) -> Decision {
+        let (decision, next) = self.step(quota, now, cost);
+        if decision.allowed && cost > 0 {
+            *self = next;
+        }
+        decision
+    }
+}

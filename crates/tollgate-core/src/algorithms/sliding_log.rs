@@ -1,0 +1,147 @@
+//! Sliding window log: every admitted request's time and cost; admits iff
+//! the costs in `(now - period, now]` plus `cost` stay within `limit`.
+//!
+//! Entries carry a running total of costs, so the sum in the window, the
+//! first live entry and the exact `retry_after` are binary searches, and a
+//! charge drops expired entries from the front: O(log n) per decision and
+//! O(1) amortised upkeep. Requests at the same nanosecond share one entry.
+
+use std::collections::VecDeque;
+
+use super::AlgorithmState;
+use crate::{Decision, Quota, RetryAfter};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct Entry {
+    at: u64,
+    /// Running total of all costs charged through this entry (wrapping; only
+    /// differences between entries in the log are used, and those are at
+    /// most `limit`).
+    total: u64,
+}
+
+/// The admitted requests of the trailing period, and the last charge's time.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct SlidingLog {
+    entries: VecDeque<Entry>,
+    /// The running total before the first entry.
+    base: u64,
+    last: u64,
+}
+
+impl SlidingLog {
+    /// How many entries (distinct request instants) the log holds.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether the log holds no entries.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Heap bytes held by the log.
+    pub fn heap_bytes(&self) -> usize {
+        self.entries.capacity() * std::mem::size_of::<Entry>()
+    }
+
+    /// First index at or after `from` whose entry fails `keep_left`.
+    fn partition_from(&self, from: usize, keep_left: impl Fn(&Entry) -> bool) -> usize {
+        let (mut lo, mut hi) = (from, self.entries.len());
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if keep_left(&self.entries[mid]) {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        lo
+    }
+
+    fn total_before(&self, index: usize) -> u64 {
+        match index {
+            0 => self.base,
+            i => self.entries[i - 1].total,
+        }
+    }
+
+    /// The decision, and the index of the first entry still in the window.
+    fn evaluate(&self, quota: &Quota, now: u64, cost: u64) -> (Decision, usize) {
+        let now = now.max(self.last);
+        let period = quota.period_ns();
+        let limit = quota.limit();
+        let live = match now.checked_sub(period) {
+            Some(cutoff) => self.partition_from(0, |e| e.at <= cutoff),
+            None => 0,
+        };
+        let start = self.total_before(live);
+        let sum = self
+            .entries
+            .back()
+            .map_or(0, |e| e.total.wrapping_sub(start));
+        // An entry at `t` leaves the window when the clock reaches `t + period`.
+        let leaves_after = |at: u64| (at as u128 + period as u128 - now as u128) as u64;
+        let report = |allowed, sum: u64, newest: Option<u64>, retry_after| Decision {
+            allowed,
+            limit,
+            remaining: limit.saturating_sub(sum),
+            retry_after,
+            reset_after: match newest {
+                Some(at) if sum > 0 => leaves_after(at),
+                _ => 0,
+            },
+            delay: 0,
+        };
+        let newest = self.entries.back().map(|e| e.at);
+        if cost > limit {
+            return (report(false, sum, newest, RetryAfter::Never), live);
+        }
+        if cost <= limit.saturating_sub(sum) {
+            let newest = if cost > 0 { Some(now) } else { newest };
+            return (report(true, sum + cost, newest, RetryAfter::Now), live);
+        }
+        // The oldest entries must leave until `excess` cost has gone.
+        let excess = sum + cost - limit;
+        let k = self.partition_from(live, |e| e.total.wrapping_sub(start) < excess);
+        let wait = RetryAfter::After(leaves_after(self.entries[k].at));
+        (report(false, sum, newest, wait), live)
+    }
+}
+
+impl AlgorithmState for SlidingLog {
+    fn new(_quota: &Quota) -> Self {
+        SlidingLog::default()
+    }
+
+    fn preview(&self, quota: &Quota, now: u64, cost: u64) -> Decision {
+        self.evaluate(quota, now, cost).0
+    }
+
+    fn decide(&mut self, quota: &Quota, now: u64, cost: u64) -> Decision {
+        let (decision, live) = self.evaluate(quota, now, cost);
+        if !decision.allowed || cost == 0 {
+            return decision;
+        }
+        let now = now.max(self.last);
+        if live > 0 {
+            self.base = self.entries[live - 1].total;
+            self.entries.drain(..live);
+            // A burst can leave a large, mostly empty buffer behind.
+            if self.entries.capacity() > 64 && self.entries.len() * 4 < self.entries.capacity() {
+                self.entries.shrink_to(self.entries.len() * 2);
+            }
+        }
+        let total = self
+            .entries
+            .back()
+            .map_or(self.base, |e| e.total)
+            .wrapping_add(cost);
+        match self.entries.back_mut() {
+            Some(e) if e.at == now => e.total = total,
+            _ => self.entries.push_back(Entry { at: now, total }),
+        }
+        self.last = now;
+        decision
+    }
+}

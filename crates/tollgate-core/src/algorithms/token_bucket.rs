@@ -1,0 +1,38 @@
+//! Token bucket: tokens refill continuously at `limit / period`, capped at
+//! `burst`; a request takes `cost` tokens or is refused. Starts full.
+
+use super::{bucket, Step};
+use crate::ticks::Ticks;
+use crate::{Decision, Quota};
+
+/// Tokens (in ticks, one token = `T`) as of the last charge, and its time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TokenBucket {
+    tokens: Ticks,
+    last: u64,
+}
+
+impl Step for TokenBucket {
+    fn fresh(quota: &Quota) -> Self {
+        TokenBucket {
+            tokens: Ticks::new(quota.burst_ticks()),
+            last: 0,
+        }
+    }
+
+    #[inline]
+    fn step(&self, quota: &Quota, now: u64, cost: u64) -> (Decision, Self) {
+        let now = now.max(self.last);
+        let capacity = quota.burst_ticks();
+        let refill = quota.ticks(now - self.last);
+        let tokens = capacity.min(self.tokens.get().saturating_add(refill));
+        let (decision, debt) = bucket::decide(quota, capacity - tokens, cost);
+        (
+            decision,
+            TokenBucket {
+                tokens: Ticks::new(capacity - debt),
+                last: now,
+            },
+        )
+    }
+}

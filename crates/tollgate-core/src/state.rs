@@ -1,0 +1,93 @@
+use crate::algorithms::{
+    AlgorithmState, FixedWindow, Gcra, LeakyBucket, LeakyQueue, SlidingCounter, SlidingLog,
+    TokenBucket,
+};
+use crate::{Algorithm, Decision, Quota};
+
+/// The per-key state of any algorithm, chosen at run time.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum State {
+    /// See [`FixedWindow`].
+    FixedWindow(FixedWindow),
+    /// See [`SlidingLog`].
+    SlidingLog(SlidingLog),
+    /// See [`SlidingCounter`].
+    SlidingCounter(SlidingCounter),
+    /// See [`TokenBucket`].
+    TokenBucket(TokenBucket),
+    /// See [`Gcra`].
+    Gcra(Gcra),
+    /// See [`LeakyBucket`].
+    LeakyBucket(LeakyBucket),
+    /// See [`LeakyQueue`].
+    LeakyQueue(LeakyQueue),
+}
+
+/// Runs `$body` with `$s` bound to the inner state of `$state`.
+macro_rules! dispatch {
+    ($state:expr, $s:ident => $body:expr) => {
+        match $state {
+            State::FixedWindow($s) => $body,
+            State::SlidingLog($s) => $body,
+            State::SlidingCounter($s) => $body,
+            State::TokenBucket($s) => $body,
+            State::Gcra($s) => $body,
+            State::LeakyBucket($s) => $body,
+            State::LeakyQueue($s) => $body,
+        }
+    };
+}
+
+impl State {
+    /// A fresh key for `algorithm` under `quota`.
+    pub fn new(algorithm: Algorithm, quota: &Quota) -> Self {
+        match algorithm {
+            Algorithm::FixedWindow => State::FixedWindow(AlgorithmState::new(quota)),
+            Algorithm::SlidingLog => State::SlidingLog(AlgorithmState::new(quota)),
+            Algorithm::SlidingCounter => State::SlidingCounter(AlgorithmState::new(quota)),
+            Algorithm::TokenBucket => State::TokenBucket(AlgorithmState::new(quota)),
+            Algorithm::Gcra => State::Gcra(AlgorithmState::new(quota)),
+            Algorithm::LeakyBucket => State::LeakyBucket(AlgorithmState::new(quota)),
+            Algorithm::LeakyQueue => State::LeakyQueue(AlgorithmState::new(quota)),
+        }
+    }
+
+    /// Which algorithm this state belongs to.
+    pub fn algorithm(&self) -> Algorithm {
+        match self {
+            State::FixedWindow(_) => Algorithm::FixedWindow,
+            State::SlidingLog(_) => Algorithm::SlidingLog,
+            State::SlidingCounter(_) => Algorithm::SlidingCounter,
+            State::TokenBucket(_) => Algorithm::TokenBucket,
+            State::Gcra(_) => Algorithm::Gcra,
+            State::LeakyBucket(_) => Algorithm::LeakyBucket,
+            State::LeakyQueue(_) => Algorithm::LeakyQueue,
+        }
+    }
+
+    /// Decides on a request of `cost` at `now` (ns) and charges it if admitted.
+    #[inline]
+    pub fn decide(&mut self, quota: &Quota, now: u64, cost: u64) -> Decision {
+        dispatch!(self, s => s.decide(quota, now, cost))
+    }
+
+    /// The decision `decide` would make, without applying it.
+    #[inline]
+    pub fn preview(&self, quota: &Quota, now: u64, cost: u64) -> Decision {
+        dispatch!(self, s => s.preview(quota, now, cost))
+    }
+
+    /// Whether the key, left alone until `now`, is back to its initial state.
+    pub fn is_idle(&self, quota: &Quota, now: u64) -> bool {
+        dispatch!(self, s => s.is_idle(quota, now))
+    }
+
+    /// Bytes this state occupies, inline and on the heap.
+    pub fn memory_bytes(&self) -> usize {
+        let heap = match self {
+            State::SlidingLog(log) => log.heap_bytes(),
+            _ => 0,
+        };
+        std::mem::size_of::<State>() + heap
+    }
+}
