@@ -1,1 +1,42 @@
-fn main() {}
+//! `tollgate`: the command-line front end.
+//!
+//! One module per subcommand, each with `Args` (its flags) and `run`.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod replay;
+mod simulate;
+
+/// Exact rate limiting: replay traces through any of the seven algorithms.
+#[derive(Parser)]
+#[command(name = "tollgate", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// The subcommands.
+#[derive(Subcommand)]
+enum Command {
+    /// Replay a CSV trace of requests through one algorithm.
+    Replay(replay::Args),
+    /// Rerun the published rate-limiting experiments and write a report with charts.
+    Simulate(simulate::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Replay(args) => replay::run(args),
+        Command::Simulate(args) => simulate::run(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("tollgate: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -20,7 +20,10 @@ pub fn preview_all(states: &[State], limits: &[Limit], now: u64, cost: u64) -> D
 /// Decides a request against every rule at once: charged on all of them if
 /// all admit, on none otherwise. Returns [`Decision::most_restrictive`] of the
 /// rules' decisions (as they read after the charge when admitted).
+///
+/// Panics like [`preview_all`] on mismatched or empty slices.
 pub fn decide_all(states: &mut [State], limits: &[Limit], now: u64, cost: u64) -> Decision {
+    assert_eq!(states.len(), limits.len(), "one state per limit");
     if states.len() == 1 {
         return states[0].decide(&limits[0].quota, now, cost);
     }

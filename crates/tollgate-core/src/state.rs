@@ -82,6 +82,16 @@ impl State {
         dispatch!(self, s => s.is_idle(quota, now))
     }
 
+    /// Gives back `cost` at `now`, capped at a fresh key (see [`AlgorithmState::refund`]).
+    pub fn refund(&mut self, quota: &Quota, now: u64, cost: u64) {
+        dispatch!(self, s => s.refund(quota, now, cost))
+    }
+
+    /// The key's own clock (see [`AlgorithmState::last_update`]).
+    pub fn last_update(&self) -> u64 {
+        dispatch!(self, s => s.last_update())
+    }
+
     /// Bytes this state occupies, inline and on the heap.
     pub fn memory_bytes(&self) -> usize {
         let heap = match self {

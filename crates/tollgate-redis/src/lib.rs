@@ -1,1 +1,46 @@
-//! placeholder until its issue lands
+//! Redis and Redis Cluster backend for tollgate.
+//!
+//! Every decision is one round trip: an `FCALL` of the `tollgate` Redis
+//! Function library (`lua/tollgate.lua`, all seven algorithms), or the same
+//! Lua through `EVALSHA` on servers without Functions. The script reads the
+//! server's clock (`TIME`), applies every limit of a policy atomically, and
+//! sets a TTL equal to `reset_after` on each key it charges, so idle keys
+//! vanish. A library lost to a restart or failover is reloaded on the spot.
+//!
+//! Decisions are those of `tollgate-core`: the same `allowed` and
+//! `remaining`, and durations equal to the core's rounded up to the
+//! microsecond, the resolution of the store's clock ([`exact`] explains how
+//! the script stays exact with Lua's doubles, and which quotas it refuses).
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), tollgate::BackendError> {
+//! use tollgate::{Algorithm, Backend, Limit, Policy, Quota};
+//! use tollgate_redis::RedisBackend;
+//!
+//! let policy = Policy::new(Limit::new(Algorithm::Gcra, Quota::per_second(10).unwrap()));
+//! RedisBackend::validate(&policy)?;
+//! let redis = RedisBackend::connect("redis://127.0.0.1:6379").await?;
+//! let decision = redis.check("user-1", &policy, 1).await?;
+//! assert!(decision.allowed);
+//! # Ok(()) }
+//! ```
+//!
+//! Keys are `<prefix>{<key>}:<algorithm>:<limit>:<period_ns>:<burst>`; the
+//! sliding log keeps two sorted sets per key and limit. A sliding log's
+//! running total of admitted cost must stay below 2^53 over the key's life
+//! (it restarts when the key expires): 285 years at a million per second.
+
+mod backend;
+mod conn;
+pub mod exact;
+pub mod harness;
+mod keys;
+mod script;
+
+pub use backend::{
+    RedisBackend, RedisConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX, DEFAULT_REPLAY_TTL,
+    DEFAULT_TIMEOUT,
+};
+pub use conn::CLUSTER_SCHEME;
+pub use keys::{KeySpace, MAX_KEY_BYTES};
+pub use script::{eval_script, ScriptMode, FUNCTION, LIBRARY};

@@ -1,14 +1,34 @@
 //! tollgate: exact rate limiting for services.
 //!
-//! Re-exports the exact core ([`tollgate_core`]) and defines the one
-//! abstraction every store implements, [`Backend`]: a store of per-key state
-//! that applies a [`Policy`] atomically with its own clock.
+//! Re-exports the exact core ([`tollgate_core`]) and builds on it:
+//!
+//! - [`Limiter`]: the keyed in-process limiter (sync, sharded, bounded in
+//!   memory), with peek, refund, reservations and waiting;
+//! - [`ConcurrencyLimiter`]: requests in flight per key;
+//! - [`Backend`]: the one abstraction every store implements (a store of
+//!   per-key state that applies a [`Policy`] atomically with its own clock),
+//!   [`MemoryBackend`] for process memory, and [`Store`], a policy over any
+//!   backend, so switching from memory to Redis is one line;
+//! - [`Clock`]: [`MonotonicClock`] by default, [`FakeClock`] for tests.
 
 mod backend;
+mod clock;
+mod concurrency;
+mod keyed;
+mod limiter;
+mod memory;
 mod policy;
+mod rules;
+mod sharded;
+mod store;
 
 pub use backend::{Backend, BackendError};
+pub use clock::{Clock, FakeClock, MonotonicClock};
+pub use concurrency::{AtCapacity, ConcurrencyLimiter, Permit};
+pub use limiter::{Limiter, LimiterBuilder, LimiterFull, OnFull, Reservation, WaitError};
+pub use memory::MemoryBackend;
 pub use policy::{Policy, PolicyError};
+pub use store::Store;
 pub use tollgate_core::{
     decide_all, preview_all, Algorithm, Decision, Limit, Quota, QuotaError, RetryAfter, State,
 };

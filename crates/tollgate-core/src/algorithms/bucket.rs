@@ -28,3 +28,9 @@ pub(crate) fn decide(quota: &Quota, debt: u128, cost: u64) -> (Decision, u128) {
         (report(false, debt, wait), debt)
     }
 }
+
+/// `debt` after giving back `cost`: never below 0, the debt of a full bucket.
+#[inline]
+pub(crate) fn refund(quota: &Quota, debt: u128, cost: u64) -> u128 {
+    debt.saturating_sub(quota.cost_ticks(cost))
+}

@@ -47,4 +47,20 @@ impl Step for FixedWindow {
             (report(false, count, RetryAfter::After(to_end)), *self)
         }
     }
+
+    fn refunded(&self, quota: &Quota, now: u64, cost: u64) -> Self {
+        let now = now.max(self.last);
+        let period = quota.period_ns();
+        // Charges of an earlier window have already expired.
+        let count = if now / period == self.last / period {
+            self.count.saturating_sub(cost)
+        } else {
+            0
+        };
+        FixedWindow { count, last: now }
+    }
+
+    fn last(&self) -> u64 {
+        self.last
+    }
 }

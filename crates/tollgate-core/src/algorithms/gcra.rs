@@ -35,4 +35,18 @@ impl Step for Gcra {
             },
         )
     }
+
+    fn refunded(&self, quota: &Quota, now: u64, cost: u64) -> Self {
+        let now = now.max(self.last);
+        let at = quota.ticks(now);
+        let debt = self.tat.get().saturating_sub(at);
+        Gcra {
+            tat: Ticks::new(at + bucket::refund(quota, debt, cost)),
+            last: now,
+        }
+    }
+
+    fn last(&self) -> u64 {
+        self.last
+    }
 }

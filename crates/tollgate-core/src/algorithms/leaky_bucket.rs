@@ -31,4 +31,20 @@ impl Step for LeakyBucket {
             },
         )
     }
+
+    fn refunded(&self, quota: &Quota, now: u64, cost: u64) -> Self {
+        let now = now.max(self.last);
+        let level = self
+            .level
+            .get()
+            .saturating_sub(quota.ticks(now - self.last));
+        LeakyBucket {
+            level: Ticks::new(bucket::refund(quota, level, cost)),
+            last: now,
+        }
+    }
+
+    fn last(&self) -> u64 {
+        self.last
+    }
 }

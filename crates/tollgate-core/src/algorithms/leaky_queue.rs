@@ -53,4 +53,19 @@ impl Step for LeakyQueue {
             (report(false, wait, retry, 0), *self)
         }
     }
+
+    /// Frees `cost` emission intervals of the queue, never before `now`.
+    fn refunded(&self, quota: &Quota, now: u64, cost: u64) -> Self {
+        let now = now.max(self.last);
+        let at = quota.ticks(now);
+        let wait = self.next_free.get().saturating_sub(at);
+        LeakyQueue {
+            next_free: Ticks::new(at + wait.saturating_sub(quota.cost_ticks(cost))),
+            last: now,
+        }
+    }
+
+    fn last(&self) -> u64 {
+        self.last
+    }
 }

@@ -45,6 +45,16 @@ pub trait AlgorithmState: Sized {
     fn is_idle(&self, quota: &Quota, now: u64) -> bool {
         self.preview(quota, now, 0).reset_after == 0
     }
+
+    /// Gives back `cost` of the most recent charges still counted at `now`,
+    /// as a charge of `-cost` at `now` would: for a request that was admitted
+    /// but never sent. Capped, so a key never ends up with more room than a
+    /// fresh key has.
+    fn refund(&mut self, quota: &Quota, now: u64, cost: u64);
+
+    /// The key's own clock: the time of its latest change. An earlier `now`
+    /// is treated as this time.
+    fn last_update(&self) -> u64;
 }
 
 /// A `Copy` state written as one pure step: the decision and the state after
@@ -52,6 +62,9 @@ pub trait AlgorithmState: Sized {
 pub(crate) trait Step: Copy {
     fn fresh(quota: &Quota) -> Self;
     fn step(&self, quota: &Quota, now: u64, cost: u64) -> (Decision, Self);
+    /// The state after giving back `cost` at `now` (see [`AlgorithmState::refund`]).
+    fn refunded(&self, quota: &Quota, now: u64, cost: u64) -> Self;
+    fn last(&self) -> u64;
 }
 
 impl<S: Step> AlgorithmState for S {
@@ -72,5 +85,17 @@ impl<S: Step> AlgorithmState for S {
             *self = next;
         }
         decision
+    }
+
+    #[inline]
+    fn refund(&mut self, quota: &Quota, now: u64, cost: u64) {
+        if cost > 0 {
+            *self = self.refunded(quota, now, cost);
+        }
+    }
+
+    #[inline]
+    fn last_update(&self) -> u64 {
+        self.last()
     }
 }

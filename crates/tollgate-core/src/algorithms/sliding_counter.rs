@@ -23,12 +23,7 @@ impl Step for SlidingCounter {
         let now = now.max(self.last);
         let period = quota.period_ns();
         let limit = quota.limit();
-        let (window, last_window) = (now / period, self.last / period);
-        let (prev, curr) = match window - last_window {
-            0 => (self.prev, self.curr),
-            1 => (self.curr, 0),
-            _ => (0, 0),
-        };
+        let (prev, curr) = self.rolled(quota, now);
         // The previous window's weight, in ns still inside the trailing period.
         let weight = period - now % period;
         let room = quota
@@ -61,6 +56,35 @@ impl Step for SlidingCounter {
         }
         let wait = retry_after(quota, prev, curr, cost, weight);
         (report(false, curr, RetryAfter::After(wait)), *self)
+    }
+
+    /// Takes the cost back from the current window first (the newest
+    /// charges), then from the previous one.
+    fn refunded(&self, quota: &Quota, now: u64, cost: u64) -> Self {
+        let now = now.max(self.last);
+        let (prev, curr) = self.rolled(quota, now);
+        let from_curr = curr.min(cost);
+        SlidingCounter {
+            prev: prev.saturating_sub(cost - from_curr),
+            curr: curr - from_curr,
+            last: now,
+        }
+    }
+
+    fn last(&self) -> u64 {
+        self.last
+    }
+}
+
+impl SlidingCounter {
+    /// The (previous, current) counts as seen from `now`'s window (`now >= last`).
+    fn rolled(&self, quota: &Quota, now: u64) -> (u64, u64) {
+        let period = quota.period_ns();
+        match now / period - self.last / period {
+            0 => (self.prev, self.curr),
+            1 => (self.curr, 0),
+            _ => (0, 0),
+        }
     }
 }
 

@@ -144,4 +144,33 @@ impl AlgorithmState for SlidingLog {
         self.last = now;
         decision
     }
+
+    /// Takes the cost back from the newest entries. Entries that have left
+    /// the window count for nothing, so taking from them changes no decision.
+    fn refund(&mut self, _quota: &Quota, now: u64, mut cost: u64) {
+        if cost == 0 {
+            return;
+        }
+        while cost > 0 {
+            let Some(&newest) = self.entries.back() else {
+                break;
+            };
+            let before = self.total_before(self.entries.len() - 1);
+            let charged = newest.total.wrapping_sub(before);
+            if charged > cost {
+                if let Some(e) = self.entries.back_mut() {
+                    e.total = newest.total.wrapping_sub(cost);
+                }
+                cost = 0;
+            } else {
+                self.entries.pop_back();
+                cost -= charged;
+            }
+        }
+        self.last = self.last.max(now);
+    }
+
+    fn last_update(&self) -> u64 {
+        self.last
+    }
 }

@@ -35,4 +35,19 @@ impl Step for TokenBucket {
             },
         )
     }
+
+    fn refunded(&self, quota: &Quota, now: u64, cost: u64) -> Self {
+        let now = now.max(self.last);
+        let capacity = quota.burst_ticks();
+        let refill = quota.ticks(now - self.last);
+        let tokens = capacity.min(self.tokens.get().saturating_add(refill));
+        TokenBucket {
+            tokens: Ticks::new(capacity - bucket::refund(quota, capacity - tokens, cost)),
+            last: now,
+        }
+    }
+
+    fn last(&self) -> u64 {
+        self.last
+    }
 }

@@ -1,0 +1,6 @@
+//! The engine behind the `tollgate` command, as a library so that benches
+//! and other front ends can call it without spawning a process.
+
+pub mod atomic_file;
+pub mod duration;
+pub mod trace;

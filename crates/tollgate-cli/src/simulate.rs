@@ -1,0 +1,81 @@
+//! `tollgate simulate`: reruns the published rate-limiting experiments on
+//! the exact core and writes a report with charts.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use indicatif::{ProgressBar, ProgressStyle};
+use tollgate_sim::scenarios::{accuracy, Name, Options};
+
+/// Flags of `tollgate simulate`.
+#[derive(clap::Args, Debug)]
+#[command(after_help = "\
+Scenarios: boundary-burst, batches, adversarial, poisson, burst-after-idle,
+boundary-attack, equivalence, accuracy (all of them when none is named).
+The same command writes byte-identical report.md and report.json every time.")]
+pub struct Args {
+    /// Scenarios to run, in order; all of them when none is given.
+    #[arg(value_name = "SCENARIO")]
+    scenarios: Vec<Name>,
+    /// Directory for report.md, report.json and the charts (SVG and PNG);
+    /// created if missing.
+    #[arg(long, value_name = "DIR", default_value = "tollgate-report")]
+    out: PathBuf,
+    /// Keys in the accuracy study.
+    #[arg(long, value_name = "N", default_value_t = accuracy::Config::PUBLISHED.keys,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    accuracy_keys: u32,
+    /// Runs per traffic shape in the accuracy study (seeds 1 to N).
+    #[arg(long, value_name = "N", default_value_t = accuracy::Config::PUBLISHED.runs,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    accuracy_runs: u32,
+}
+
+/// A progress bar on standard error, hidden when that is not a terminal.
+struct Bar(ProgressBar);
+
+impl tollgate_sim::Progress for Bar {
+    fn advance(&self, units: u64) {
+        self.0.inc(units);
+    }
+}
+
+/// Runs the scenarios, prints their tables and writes the report.
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let mut names = args.scenarios;
+    if names.is_empty() {
+        names = Name::ALL.to_vec();
+    }
+    let mut seen = std::collections::HashSet::new();
+    names.retain(|n| seen.insert(*n));
+    let options = Options {
+        accuracy: accuracy::Config {
+            keys: args.accuracy_keys,
+            runs: args.accuracy_runs,
+            ..accuracy::Config::PUBLISHED
+        },
+    };
+    let total = names.iter().map(|n| n.work(&options)).sum();
+    let bar = if std::io::stderr().is_terminal() {
+        let bar = ProgressBar::new(total);
+        bar.set_style(
+            ProgressStyle::with_template("simulating {bar:40} {percent:>3}% eta {eta}")
+                .context("progress bar template")?,
+        );
+        bar
+    } else {
+        ProgressBar::hidden()
+    };
+    let bar = Bar(bar);
+    let (report, charts) = tollgate_sim::simulate(&names, &options, &bar);
+    bar.0.finish_and_clear();
+    print!("{}", report.to_text());
+    tollgate_sim::write(&args.out, &report, &charts)?;
+    println!(
+        "Wrote {dir}/report.md, {dir}/report.json and {} charts (SVG and PNG).",
+        charts.len(),
+        dir = args.out.display()
+    );
+    Ok(())
+}

@@ -1,0 +1,343 @@
+//! [`RedisBackend`]: the [`Backend`] of `tollgate` on Redis or Redis Cluster.
+
+use std::future::Future;
+use std::time::Duration;
+
+use redis::{Cmd, ErrorKind, RedisError, RedisResult, Value};
+use tollgate::{Backend, BackendError, Policy};
+use tollgate_core::{Decision, Limit, RetryAfter};
+
+use crate::conn::Conn;
+use crate::exact::{self, Encoded, MAX_TIME_US};
+use crate::keys::KeySpace;
+use crate::script::{self, ScriptMode};
+
+/// Default deadline of every call to the store.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(50);
+
+/// Default deadline of [`RedisConfig::connect`] (connecting and loading the
+/// library).
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Default key prefix.
+pub const DEFAULT_PREFIX: &str = "tollgate:";
+
+/// Default least TTL of keys charged by [`RedisBackend::check_at`]: replayed
+/// times are not the server's clock, so `reset_after` cannot be their TTL.
+pub const DEFAULT_REPLAY_TTL: Duration = Duration::from_secs(3600);
+
+/// How to reach Redis and how to call it; [`RedisConfig::connect`] makes a
+/// [`RedisBackend`].
+#[derive(Clone, Debug)]
+pub struct RedisConfig {
+    url: String,
+    prefix: String,
+    timeout: Duration,
+    connect_timeout: Duration,
+    mode: ScriptMode,
+    replay_ttl: Duration,
+}
+
+impl RedisConfig {
+    /// Defaults for `url`: `redis://host:port[/db]` for one server,
+    /// `redis+cluster://host:port[,host:port...]` for a cluster.
+    pub fn new(url: impl Into<String>) -> Self {
+        RedisConfig {
+            url: url.into(),
+            prefix: DEFAULT_PREFIX.into(),
+            timeout: DEFAULT_TIMEOUT,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            mode: ScriptMode::Auto,
+            replay_ttl: DEFAULT_REPLAY_TTL,
+        }
+    }
+
+    /// Prefix of every key (default `tollgate:`); no braces.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// Deadline of each decision or reset, including a reload of the
+    /// library (default 50 ms).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Deadline of connecting and loading the library (default 1 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Functions, `EVALSHA`, or whichever the server supports (default).
+    pub fn mode(mut self, mode: ScriptMode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// Least TTL of keys charged with replayed times (default one hour).
+    pub fn replay_ttl(mut self, ttl: Duration) -> Self {
+        self.replay_ttl = ttl;
+        self
+    }
+
+    /// Connects and loads the library, within the connect deadline.
+    pub async fn connect(self) -> Result<RedisBackend, BackendError> {
+        let deadline = self.connect_timeout;
+        let keys = KeySpace::new(self.prefix.clone())?;
+        let setup = async {
+            let mut conn = Conn::connect(&self.url, deadline).await?;
+            let mode = load(&mut conn, self.mode).await?;
+            Ok::<_, RedisError>((conn, mode))
+        };
+        let (conn, mode) = tokio::time::timeout(deadline, setup)
+            .await
+            .map_err(|_| BackendError::Timeout(deadline))?
+            .map_err(|e| classify(e, deadline))?;
+        Ok(RedisBackend {
+            conn,
+            keys,
+            mode,
+            timeout: self.timeout,
+            replay_ttl_ms: u64::try_from(self.replay_ttl.as_millis()).unwrap_or(u64::MAX),
+        })
+    }
+}
+
+/// Rate limiting in Redis: each decision is one atomic call of the
+/// `tollgate` Function library (or the same script through `EVALSHA`), with
+/// the server's clock, TTLs equal to `reset_after`, every limit of a policy
+/// charged or none, and the exact decisions of the core (durations rounded
+/// up to the store clock's microsecond).
+///
+/// Calls have a deadline and fail with a typed [`BackendError`]:
+/// `Timeout`, `Unavailable` (connection refused or lost; reconnection is
+/// automatic), `Store` (the server answered with an error),
+/// `UnsupportedPolicy` (a quota outside the exact range, see
+/// [`RedisBackend::validate`]) or `InvalidKey`.
+#[derive(Clone)]
+pub struct RedisBackend {
+    conn: Conn,
+    keys: KeySpace,
+    mode: ScriptMode,
+    timeout: Duration,
+    replay_ttl_ms: u64,
+}
+
+impl RedisBackend {
+    /// Connects to `url` with the defaults of [`RedisConfig`].
+    pub async fn connect(url: &str) -> Result<Self, BackendError> {
+        RedisConfig::new(url).connect().await
+    }
+
+    /// Checks that every limit of `policy` is in the range where the store
+    /// decides exactly ([`crate::exact`]); call it where the policy is
+    /// made, so a bad quota fails at startup rather than at the first
+    /// request (each decision checks again).
+    pub fn validate(policy: &Policy) -> Result<(), BackendError> {
+        policy.limits().iter().try_for_each(|l| encode(l).map(drop))
+    }
+
+    /// Whether decisions use Redis Functions (`FCALL`) rather than `EVALSHA`.
+    pub fn uses_functions(&self) -> bool {
+        self.mode == ScriptMode::Functions
+    }
+
+    /// The Redis keys holding `key`'s state under `policy`.
+    pub fn redis_keys(&self, key: &str, policy: &Policy) -> Result<Vec<String>, BackendError> {
+        let stem = self.keys.stem(key)?;
+        let mut out = Vec::with_capacity(policy.limits().len() + 1);
+        for limit in policy.limits() {
+            KeySpace::push_keys(&stem, limit, &mut out);
+        }
+        Ok(out)
+    }
+
+    /// Decides like [`Backend::check`] but at `now_us` microseconds on the
+    /// caller's clock instead of the server's, for replaying a trace. Keys
+    /// charged this way live at least the configured replay TTL.
+    pub async fn check_at(
+        &self,
+        key: &str,
+        policy: &Policy,
+        cost: u64,
+        now_us: u64,
+    ) -> Result<Decision, BackendError> {
+        if now_us > MAX_TIME_US {
+            return Err(BackendError::Store(format!(
+                "time {now_us}us is beyond the exact range of the store ({MAX_TIME_US}us)"
+            )));
+        }
+        self.decide(key, policy, cost, Some(now_us)).await
+    }
+
+    async fn decide(
+        &self,
+        key: &str,
+        policy: &Policy,
+        cost: u64,
+        now_us: Option<u64>,
+    ) -> Result<Decision, BackendError> {
+        let keys = self.redis_keys(key, policy)?;
+        let mut cmd = self.invocation(&keys);
+        match now_us {
+            Some(t) => cmd.arg(t).arg(self.replay_ttl_ms),
+            None => cmd.arg("").arg(0),
+        };
+        cmd.arg(cost).arg(policy.limits().len());
+        for limit in policy.limits() {
+            let e = encode(limit)?;
+            cmd.arg(e.algorithm).arg(e.cap).arg(e.x).arg(e.y);
+        }
+        let reply = self.run(&cmd, &keys[0]).await?;
+        let reply: Vec<i64> = redis::from_redis_value(&reply)
+            .map_err(|e| BackendError::Store(format!("unexpected reply: {e}")))?;
+        to_decision(&reply, policy.limits())
+    }
+
+    /// `FCALL` or `EVALSHA` with `keys`, arguments to follow.
+    fn invocation(&self, keys: &[String]) -> Cmd {
+        let mut cmd = match self.mode {
+            ScriptMode::Eval => {
+                let mut c = redis::cmd("EVALSHA");
+                c.arg(script::eval_sha());
+                c
+            }
+            _ => {
+                let mut c = redis::cmd("FCALL");
+                c.arg(script::FUNCTION);
+                c
+            }
+        };
+        cmd.arg(keys.len()).arg(keys);
+        cmd
+    }
+
+    /// Runs `cmd` within the deadline, reloading the library once if the
+    /// server lost it (restart, failover, `FUNCTION FLUSH`).
+    async fn run(&self, cmd: &Cmd, key: &str) -> Result<Value, BackendError> {
+        let mut conn = self.conn.clone();
+        let attempt = async {
+            match conn.on_key(cmd, key).await {
+                Err(e) if lost_script(&e) => {
+                    load(&mut conn, self.mode).await?;
+                    conn.on_key(cmd, key).await
+                }
+                other => other,
+            }
+        };
+        tokio::time::timeout(self.timeout, attempt)
+            .await
+            .map_err(|_| BackendError::Timeout(self.timeout))?
+            .map_err(|e| classify(e, self.timeout))
+    }
+}
+
+impl Backend for RedisBackend {
+    fn check(
+        &self,
+        key: &str,
+        policy: &Policy,
+        cost: u64,
+    ) -> impl Future<Output = Result<Decision, BackendError>> + Send {
+        self.decide(key, policy, cost, None)
+    }
+
+    fn reset(
+        &self,
+        key: &str,
+        policy: &Policy,
+    ) -> impl Future<Output = Result<(), BackendError>> + Send {
+        async move {
+            let keys = self.redis_keys(key, policy)?;
+            let mut cmd = redis::cmd("DEL");
+            cmd.arg(&keys);
+            self.run(&cmd, &keys[0]).await.map(drop)
+        }
+    }
+}
+
+fn encode(limit: &Limit) -> Result<Encoded, BackendError> {
+    exact::encode(limit).map_err(|e| BackendError::UnsupportedPolicy(e.to_string()))
+}
+
+/// Loads the library as `mode` asks and returns the mode in use: `Auto`
+/// becomes `Functions`, or `Eval` when the server does not know `FUNCTION`.
+async fn load(conn: &mut Conn, mode: ScriptMode) -> RedisResult<ScriptMode> {
+    if mode != ScriptMode::Eval {
+        let mut cmd = redis::cmd("FUNCTION");
+        cmd.arg("LOAD").arg("REPLACE").arg(script::LIBRARY);
+        match conn.everywhere(&cmd).await {
+            Ok(_) => return Ok(ScriptMode::Functions),
+            Err(e) if mode == ScriptMode::Auto && unknown_command(&e) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let mut cmd = redis::cmd("SCRIPT");
+    cmd.arg("LOAD").arg(script::eval_script());
+    conn.everywhere(&cmd).await?;
+    Ok(ScriptMode::Eval)
+}
+
+fn unknown_command(e: &RedisError) -> bool {
+    e.to_string().to_ascii_lowercase().contains("unknown command")
+}
+
+fn lost_script(e: &RedisError) -> bool {
+    e.kind() == ErrorKind::NoScriptError || e.to_string().contains("Function not found")
+}
+
+/// Maps a client error onto the kinds a caller chooses fail-open or
+/// fail-closed by.
+fn classify(e: RedisError, deadline: Duration) -> BackendError {
+    if e.is_timeout() {
+        BackendError::Timeout(deadline)
+    } else if e.is_io_error()
+        || e.is_connection_refusal()
+        || e.is_connection_dropped()
+        || matches!(
+            e.kind(),
+            ErrorKind::BusyLoadingError
+                | ErrorKind::TryAgain
+                | ErrorKind::ClusterDown
+                | ErrorKind::MasterDown
+                | ErrorKind::ClusterConnectionNotFound
+        )
+    {
+        BackendError::Unavailable(e.to_string())
+    } else {
+        BackendError::Store(e.to_string())
+    }
+}
+
+/// The script's reply (`all_allowed`, then five integers per limit, times
+/// in microseconds) as the core's merged decision.
+fn to_decision(reply: &[i64], limits: &[Limit]) -> Result<Decision, BackendError> {
+    if reply.len() != 1 + 5 * limits.len() {
+        return Err(BackendError::Store(format!(
+            "expected {} integers from the script, got {}",
+            1 + 5 * limits.len(),
+            reply.len()
+        )));
+    }
+    let ns = |us: i64| u64::try_from(us).unwrap_or(0).saturating_mul(1000);
+    limits
+        .iter()
+        .zip(reply[1..].chunks_exact(5))
+        .map(|(limit, r)| Decision {
+            allowed: r[0] == 1,
+            limit: limit.capacity(),
+            remaining: u64::try_from(r[1]).unwrap_or(0),
+            retry_after: match r[2] {
+                -1 => RetryAfter::Never,
+                0 => RetryAfter::Now,
+                us => RetryAfter::After(ns(us)),
+            },
+            reset_after: ns(r[3]),
+            delay: ns(r[4]),
+        })
+        .reduce(Decision::most_restrictive)
+        .ok_or_else(|| BackendError::Store("a policy without limits".into()))
+}

@@ -1,0 +1,235 @@
+//! Throwaway Redis servers and clusters on free local ports, for the tests,
+//! benches and examples: never the machine's own Redis.
+//!
+//! Binaries come from `PATH` (`redis-server`, `redis-cli`; Debian package
+//! `redis-server`). Each server runs without persistence in its own
+//! temporary directory and is killed when dropped.
+
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Set to `1` to skip the Redis tests when `redis-server` is not installed.
+pub const SKIP_VAR: &str = "TOLLGATE_SKIP_REDIS";
+
+/// How long a server or cluster may take to come up.
+const STARTUP: Duration = Duration::from_secs(10);
+
+/// Why a server could not be started.
+#[derive(Debug)]
+pub enum HarnessError {
+    /// `redis-server` or `redis-cli` is not on `PATH`.
+    Missing(&'static str),
+    /// It started but did not become ready in time, or a step failed.
+    Failed(String),
+}
+
+impl std::fmt::Display for HarnessError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HarnessError::Missing(bin) => write!(
+                f,
+                "`{bin}` was not found on PATH: install the Debian package `redis-server` \
+                 (apt-get install redis-server), or set {SKIP_VAR}=1 to skip the Redis tests"
+            ),
+            HarnessError::Failed(why) => write!(f, "could not start Redis: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for HarnessError {}
+
+/// Whether the caller asked to skip tests that need Redis.
+pub fn skip_requested() -> bool {
+    std::env::var(SKIP_VAR).is_ok_and(|v| v == "1")
+}
+
+/// One `redis-server` process on a free port.
+pub struct RedisServer {
+    port: u16,
+    dir: PathBuf,
+    extra: Vec<String>,
+    child: Option<Child>,
+}
+
+impl RedisServer {
+    /// Starts a standalone server (with `DEBUG` enabled for local clients).
+    pub fn start() -> Result<Self, HarnessError> {
+        Self::start_with(free_port(0)?, Vec::new())
+    }
+
+    fn start_with(port: u16, extra: Vec<String>) -> Result<Self, HarnessError> {
+        let dir = std::env::temp_dir().join(format!("tollgate-redis-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir).map_err(|e| HarnessError::Failed(e.to_string()))?;
+        let mut server = RedisServer {
+            port,
+            dir,
+            extra,
+            child: None,
+        };
+        server.spawn()?;
+        Ok(server)
+    }
+
+    fn spawn(&mut self) -> Result<(), HarnessError> {
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .args(["--enable-debug-command", "local"])
+            .arg("--dir")
+            .arg(&self.dir)
+            .args(&self.extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::NotFound => HarnessError::Missing("redis-server"),
+                _ => HarnessError::Failed(e.to_string()),
+            })?;
+        self.child = Some(child);
+        wait_until(|| ping(self.port), "redis-server to answer PING")
+    }
+
+    /// The server's port on 127.0.0.1.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `redis://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Kills the server (losing every key and the loaded library) and starts
+    /// a new one on the same port.
+    pub fn restart(&mut self) -> Result<(), HarnessError> {
+        self.stop();
+        self.spawn()
+    }
+
+    /// Runs `redis-cli` against this server and returns its output.
+    pub fn cli(&self, args: &[&str]) -> Result<String, HarnessError> {
+        cli(self.port, args)
+    }
+
+    fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // Best effort: the process may already be gone.
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.stop();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A Redis Cluster of three primaries (no replicas) on free ports.
+pub struct RedisCluster {
+    nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    /// Starts three cluster-enabled servers, joins them with `redis-cli
+    /// --cluster create` and waits for `cluster_state:ok` on each.
+    pub fn start() -> Result<Self, HarnessError> {
+        let mut nodes: Vec<RedisServer> = Vec::with_capacity(3);
+        for _ in 0..3 {
+            // The cluster bus listens on port + 10000, which must be free too.
+            let port = free_port(10_000)?;
+            let extra = ["--cluster-enabled", "yes", "--cluster-config-file"]
+                .map(String::from)
+                .into_iter()
+                .chain([format!("nodes-{port}.conf")])
+                .collect();
+            nodes.push(RedisServer::start_with(port, extra)?);
+        }
+        let addrs: Vec<String> = nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect();
+        let mut args = vec!["--cluster", "create"];
+        args.extend(addrs.iter().map(String::as_str));
+        args.extend(["--cluster-replicas", "0", "--cluster-yes"]);
+        cli(nodes[0].port, &args)?;
+        for node in &nodes {
+            wait_until(
+                || {
+                    cli(node.port, &["cluster", "info"])
+                        .is_ok_and(|info| info.contains("cluster_state:ok"))
+                },
+                "cluster_state:ok",
+            )?;
+        }
+        Ok(RedisCluster { nodes })
+    }
+
+    /// `redis+cluster://` with every node as a seed.
+    pub fn url(&self) -> String {
+        let seeds: Vec<String> = self.nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect();
+        format!("redis+cluster://{}", seeds.join(","))
+    }
+
+    /// The primaries.
+    pub fn nodes(&self) -> &[RedisServer] {
+        &self.nodes
+    }
+}
+
+/// A port free on 127.0.0.1 (and, if `also_plus` > 0, at port + also_plus).
+fn free_port(also_plus: u16) -> Result<u16, HarnessError> {
+    for _ in 0..100 {
+        let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| HarnessError::Failed(e.to_string()))?;
+        let port = listener
+            .local_addr()
+            .map_err(|e| HarnessError::Failed(e.to_string()))?
+            .port();
+        if also_plus == 0 {
+            return Ok(port);
+        }
+        if let Some(bus) = port.checked_add(also_plus) {
+            if TcpListener::bind(("127.0.0.1", bus)).is_ok() {
+                return Ok(port);
+            }
+        }
+    }
+    Err(HarnessError::Failed("no free port pair found".into()))
+}
+
+fn ping(port: u16) -> bool {
+    TcpStream::connect(("127.0.0.1", port)).is_ok()
+        && cli(port, &["ping"]).is_ok_and(|out| out.trim() == "PONG")
+}
+
+fn cli(port: u16, args: &[&str]) -> Result<String, HarnessError> {
+    let out = Command::new("redis-cli")
+        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => HarnessError::Missing("redis-cli"),
+            _ => HarnessError::Failed(e.to_string()),
+        })?;
+    if !out.status.success() {
+        return Err(HarnessError::Failed(format!(
+            "redis-cli {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        )));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn wait_until(mut ready: impl FnMut() -> bool, what: &str) -> Result<(), HarnessError> {
+    let start = Instant::now();
+    while start.elapsed() < STARTUP {
+        if ready() {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Err(HarnessError::Failed(format!("timed out waiting for {what}")))
+}

@@ -1,0 +1,131 @@
+//! Redis key names: `<prefix>{<key>}:<algorithm>:<limit>:<period_ns>:<burst>`.
+//!
+//! The caller's key is the hash tag, so every key of one decision (all the
+//! limits of a policy, both sorted sets of a sliding log) lands in one Redis
+//! Cluster slot and one script can touch them atomically. The quota is part
+//! of the name, so changing a policy starts fresh state instead of reading
+//! state written under another quota.
+
+use tollgate::BackendError;
+use tollgate_core::{Algorithm, Limit};
+
+/// Longest caller key used as is, in bytes; longer keys are hashed.
+pub const MAX_KEY_BYTES: usize = 128;
+
+/// Marks a hashed key; raw keys starting with it are hashed too, so no raw
+/// key can name a hashed one's state.
+const HASHED: char = '#';
+
+/// Builds the Redis keys of a decision under a fixed prefix.
+#[derive(Clone, Debug)]
+pub struct KeySpace {
+    prefix: String,
+}
+
+impl KeySpace {
+    /// A key space under `prefix`, which must not contain `{` or `}` (they
+    /// would move the hash tag off the caller's key).
+    pub fn new(prefix: impl Into<String>) -> Result<Self, BackendError> {
+        let prefix = prefix.into();
+        if prefix.contains(['{', '}']) {
+            return Err(BackendError::InvalidKey(format!(
+                "the key prefix `{prefix}` must not contain `{{` or `}}`"
+            )));
+        }
+        Ok(KeySpace { prefix })
+    }
+
+    /// The hash-tagged stem `<prefix>{<tag>}` shared by every key of `key`.
+    ///
+    /// The tag is the key itself when it is 1 to [`MAX_KEY_BYTES`] bytes
+    /// without braces and not starting with `#`; otherwise `#` and the
+    /// SHA-1 of the key in hex (a brace would end the tag early, and an
+    /// empty tag would let Redis Cluster spread the keys over slots).
+    pub fn stem(&self, key: &str) -> Result<String, BackendError> {
+        if key.is_empty() {
+            return Err(BackendError::InvalidKey("the key is empty".into()));
+        }
+        let raw = key.len() <= MAX_KEY_BYTES
+            && !key.contains(['{', '}'])
+            && !key.starts_with(HASHED);
+        Ok(if raw {
+            format!("{}{{{key}}}", self.prefix)
+        } else {
+            let digest = sha1_smol::Sha1::from(key.as_bytes()).digest();
+            format!("{}{{{HASHED}{digest}}}", self.prefix)
+        })
+    }
+
+    /// Appends the Redis keys of `limit` for the key whose stem is `stem`:
+    /// one, or two for the sliding log (its times and its running totals).
+    pub fn push_keys(stem: &str, limit: &Limit, out: &mut Vec<String>) {
+        let q = &limit.quota;
+        let name = format!(
+            "{stem}:{}:{}:{}:{}",
+            limit.algorithm,
+            q.limit(),
+            q.period_ns(),
+            q.burst()
+        );
+        if limit.algorithm == Algorithm::SlidingLog {
+            out.push(format!("{name}:t"));
+            out.push(format!("{name}:c"));
+        } else {
+            out.push(name);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tollgate_core::Quota;
+
+    fn tag(stem: &str) -> &str {
+        let open = stem.find('{').unwrap();
+        let close = open + stem[open..].find('}').unwrap();
+        &stem[open + 1..close]
+    }
+
+    #[test]
+    fn the_caller_key_is_the_hash_tag() {
+        let ks = KeySpace::new("app:").unwrap();
+        assert_eq!(ks.stem("user-1").unwrap(), "app:{user-1}");
+        let mut keys = vec![];
+        let per_sec = Quota::per_second(10).unwrap();
+        KeySpace::push_keys("app:{u}", &Limit::new(Algorithm::Gcra, per_sec), &mut keys);
+        KeySpace::push_keys("app:{u}", &Limit::new(Algorithm::SlidingLog, per_sec), &mut keys);
+        assert_eq!(
+            keys,
+            [
+                "app:{u}:gcra:10:1000000000:10",
+                "app:{u}:sliding_log:10:1000000000:10:t",
+                "app:{u}:sliding_log:10:1000000000:10:c"
+            ]
+        );
+    }
+
+    #[test]
+    fn awkward_keys_are_hashed_into_a_non_empty_tag() {
+        let ks = KeySpace::new("p:").unwrap();
+        let long = "x".repeat(MAX_KEY_BYTES + 1);
+        let at_cap = "y".repeat(MAX_KEY_BYTES);
+        assert_eq!(tag(&ks.stem(&at_cap).unwrap()), at_cap);
+        for key in [long.as_str(), "}", "a}b", "{a}", "#raw"] {
+            let stem = ks.stem(key).unwrap();
+            let t = tag(&stem);
+            assert!(t.starts_with('#') && t.len() == 41, "{key} -> {stem}");
+        }
+        // Distinct keys, distinct tags; a raw `#...` key never names a hash.
+        let hashed = ks.stem(&long).unwrap();
+        let forged = format!("#{}", tag(&hashed).trim_start_matches('#'));
+        assert_ne!(ks.stem(&forged).unwrap(), hashed);
+    }
+
+    #[test]
+    fn bad_prefixes_and_empty_keys_are_refused() {
+        assert!(matches!(KeySpace::new("a{"), Err(BackendError::InvalidKey(_))));
+        let ks = KeySpace::new("").unwrap();
+        assert!(matches!(ks.stem(""), Err(BackendError::InvalidKey(_))));
+    }
+}

@@ -1,0 +1,112 @@
+//! tollgate's keyed `Limiter` next to governor's keyed limiter
+//! (`DefaultKeyedRateLimiter`: DashMap + atomic GCRA), on the same GCRA
+//! quotas and the same key sets: 1, 1,000 and 1,000,000 `u64` keys, visited
+//! in turn; 1 and 2 threads; a generous quota (almost every check admitted)
+//! and a stingy one (almost every check denied). Every key is created before
+//! measuring, so the figures are steady-state lookups plus decisions.
+//!
+//! Run: `cargo bench -p tollgate --bench keyed -- --warm-up-time 1 --measurement-time 3`
+
+use std::hint::black_box;
+use std::num::NonZeroU32;
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use governor::{DefaultKeyedRateLimiter, Quota as GovQuota, RateLimiter};
+use tollgate::{Algorithm, Limit, Limiter, Quota};
+
+/// One quota in both libraries' terms: `per_second` with a burst.
+#[derive(Clone, Copy)]
+struct Shape {
+    name: &'static str,
+    per_hour: u32,
+    burst: u32,
+}
+
+/// Almost every check admitted: a rate far above what the benchmark can
+/// reach on one key (10^12 per hour is about 280 per microsecond).
+const ALLOWED: Shape = Shape {
+    name: "allowed",
+    per_hour: u32::MAX,
+    burst: u32::MAX,
+};
+/// Almost every check denied: one request per hour.
+const DENIED: Shape = Shape {
+    name: "denied",
+    per_hour: 1,
+    burst: 1,
+};
+
+fn ours(shape: Shape) -> Limiter<u64> {
+    let quota = Quota::with_parts(
+        u64::from(shape.per_hour),
+        3_600_000_000_000,
+        u64::from(shape.burst),
+    )
+    .expect("valid quota");
+    Limiter::new(Limit::new(Algorithm::Gcra, quota))
+}
+
+fn theirs(shape: Shape) -> DefaultKeyedRateLimiter<u64> {
+    let n = |v: u32| NonZeroU32::new(v).expect("non-zero");
+    RateLimiter::keyed(GovQuota::per_hour(n(shape.per_hour)).allow_burst(n(shape.burst)))
+}
+
+/// `count` checks walking the key set from `key`.
+fn walk(mut key: u64, count: u64, keys: u64, check: &impl Fn(u64) -> bool) {
+    for _ in 0..count {
+        black_box(check(black_box(key)));
+        key += 1;
+        if key == keys {
+            key = 0;
+        }
+    }
+}
+
+/// Runs `iters` checks spread over `threads` threads (one thread runs on
+/// the bench's own, with no spawn to time), each walking the key set from
+/// its own offset; returns the wall time.
+fn run(threads: u64, iters: u64, keys: u64, check: &(impl Fn(u64) -> bool + Sync)) -> Duration {
+    let start = Instant::now();
+    if threads == 1 {
+        walk(0, iters, keys, check);
+        return start.elapsed();
+    }
+    let per_thread = iters.div_ceil(threads);
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            s.spawn(move || walk(t * keys / threads % keys, per_thread, keys, check));
+        }
+    });
+    start.elapsed()
+}
+
+fn keyed(c: &mut Criterion) {
+    for keys in [1u64, 1_000, 1_000_000] {
+        for shape in [ALLOWED, DENIED] {
+            let ours = ours(shape);
+            let theirs = theirs(shape);
+            for key in 0..keys {
+                ours.check(&key, 1);
+                let _ = theirs.check_key(&key);
+            }
+            for threads in [1u64, 2] {
+                let mut group =
+                    c.benchmark_group(format!("keyed/{keys}keys/{threads}t/{}", shape.name));
+                group.throughput(Throughput::Elements(1));
+                group.bench_function(BenchmarkId::from_parameter("tollgate"), |b| {
+                    b.iter_custom(|iters| run(threads, iters, keys, &|k| ours.check(&k, 1).allowed))
+                });
+                group.bench_function(BenchmarkId::from_parameter("governor"), |b| {
+                    b.iter_custom(|iters| {
+                        run(threads, iters, keys, &|k| theirs.check_key(&k).is_ok())
+                    })
+                });
+                group.finish();
+            }
+        }
+    }
+}
+
+criterion_group!(benches, keyed);
+criterion_main!(benches);

@@ -1,0 +1,313 @@
+//! The per-key table of one policy: look a key up under its shard's lock,
+//! read the clock, let the core decide, and keep the table bounded.
+
+use std::borrow::Borrow;
+use std::hash::Hash;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use tollgate_core::{Decision, RetryAfter};
+
+use crate::limiter::{LimiterFull, OnFull, WaitError};
+use crate::rules::Rules;
+use crate::sharded::{Located, ShardedMap};
+use crate::Clock;
+
+/// Buckets the sweep looks at after each new key: enough that a table whose
+/// keys churn is swept through once per quarter of its size in new keys.
+const SWEEP_ON_INSERT: usize = 4;
+/// Buckets searched for an idle key to evict when the table is full.
+const EVICT_SCAN: usize = 64;
+
+/// How many keys the table may hold and what happens to a new key beyond.
+pub(crate) struct Bounds {
+    pub(crate) max_keys: usize,
+    pub(crate) on_full: OnFull,
+    /// The `retry_after` (ns) of a denial for want of room.
+    pub(crate) full_retry: u64,
+    /// Keys held, over all shards (changed only when a key comes or goes).
+    pub(crate) keys: AtomicUsize,
+}
+
+/// The keys of one policy and their states.
+pub(crate) struct Keyed<K, R: Rules> {
+    rules: R,
+    map: ShardedMap<K, R::State>,
+}
+
+/// A charge made at a later time than now: the decision and when the
+/// request may go.
+pub(crate) struct Reserved {
+    pub(crate) decision: Decision,
+    pub(crate) ready_at: u64,
+}
+
+impl<K: Hash + Eq, R: Rules> Keyed<K, R> {
+    pub(crate) fn new(rules: R, shards: usize) -> Self {
+        Keyed {
+            rules,
+            map: ShardedMap::new(shards),
+        }
+    }
+
+    /// Decides `cost` for `key` now. A new key is stored only if it was
+    /// charged; a key beyond `max_keys` is handled by `bounds.on_full`.
+    #[inline]
+    pub(crate) fn check<Q, C>(
+        &self,
+        key: &Q,
+        cost: u64,
+        clock: &C,
+        bounds: &Bounds,
+    ) -> Result<Decision, LimiterFull>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        C: Clock,
+    {
+        let mut located = self.map.locate(key);
+        // Read under the lock: each key then sees its times in order.
+        let now = clock.now();
+        let hash = located.hash;
+        if let Some((_, state)) = located
+            .shard
+            .table
+            .find_mut(hash, |(k, _)| k.borrow() == key)
+        {
+            return Ok(self.decide_held(state, now, cost));
+        }
+        let mut state = self.rules.fresh();
+        let decision = self.rules.decide(&mut state, now, cost);
+        if !decision.allowed || cost == 0 {
+            // Nothing changed: a fresh key needs no entry.
+            return Ok(decision);
+        }
+        if self.make_room(&mut located, now, bounds) {
+            self.add(&mut located, key.to_owned(), state, now, bounds);
+            return Ok(decision);
+        }
+        match bounds.on_full {
+            OnFull::AdmitUntracked => Ok(decision),
+            OnFull::Reject => Err(LimiterFull {
+                max_keys: bounds.max_keys,
+            }),
+        }
+    }
+
+    /// Like the core's `decide`, except while a reservation holds the key
+    /// (its clock is ahead of now): nothing may go before the reservation,
+    /// so a charge is refused until then.
+    #[inline]
+    fn decide_held(&self, state: &mut R::State, now: u64, cost: u64) -> Decision {
+        let held = self.rules.last_update(state);
+        if held <= now || cost == 0 {
+            return self.rules.decide(state, now, cost);
+        }
+        let hold = held - now;
+        let then = self.rules.preview(state, held, cost);
+        Decision {
+            allowed: false,
+            remaining: 0,
+            retry_after: match then.retry_after {
+                RetryAfter::Now => RetryAfter::After(hold),
+                RetryAfter::After(wait) => RetryAfter::After(hold.saturating_add(wait)),
+                RetryAfter::Never => RetryAfter::Never,
+            },
+            reset_after: then.reset_after.saturating_add(hold),
+            delay: 0,
+            ..then
+        }
+    }
+
+    /// The decision a new key gets when the table is full and the policy
+    /// is to reject: a denial, with the policy's own numbers for a fresh key.
+    pub(crate) fn full_decision(&self, cost: u64, retry_after: u64) -> Decision {
+        Decision {
+            allowed: false,
+            remaining: 0,
+            retry_after: RetryAfter::After(retry_after),
+            ..self.rules.preview(&self.rules.fresh(), 0, cost)
+        }
+    }
+
+    /// Counts a new key in, evicting idle keys of its shard if the table is
+    /// full. False if there is no room.
+    fn make_room(&self, located: &mut Located<'_, K, R::State>, now: u64, bounds: &Bounds) -> bool {
+        if bounds.keys.fetch_add(1, Ordering::Relaxed) < bounds.max_keys {
+            return true;
+        }
+        bounds.keys.fetch_sub(1, Ordering::Relaxed);
+        if self.sweep_locked(located, EVICT_SCAN, now, bounds) == 0 {
+            return false;
+        }
+        if bounds.keys.fetch_add(1, Ordering::Relaxed) < bounds.max_keys {
+            return true;
+        }
+        bounds.keys.fetch_sub(1, Ordering::Relaxed);
+        false
+    }
+
+    /// Stores a new key (already counted in) and sweeps a few buckets, so
+    /// the work of forgetting idle keys is spread over the new ones.
+    fn add(
+        &self,
+        located: &mut Located<'_, K, R::State>,
+        key: K,
+        state: R::State,
+        now: u64,
+        bounds: &Bounds,
+    ) {
+        self.map.insert(located, key, state);
+        self.sweep_locked(located, SWEEP_ON_INSERT, now, bounds);
+    }
+
+    fn sweep_locked(
+        &self,
+        located: &mut Located<'_, K, R::State>,
+        budget: usize,
+        now: u64,
+        bounds: &Bounds,
+    ) -> usize {
+        let removed = located
+            .shard
+            .sweep(budget, |state| self.rules.is_idle(state, now));
+        bounds.keys.fetch_sub(removed, Ordering::Relaxed);
+        removed
+    }
+
+    /// Sweeps up to `budget` buckets of shard `index` (modulo the shard
+    /// count). Returns the keys removed and the shard's bucket count.
+    pub(crate) fn sweep_shard<C: Clock>(
+        &self,
+        index: usize,
+        budget: usize,
+        clock: &C,
+        bounds: &Bounds,
+    ) -> (usize, usize) {
+        let mut shard = self.map.lock_shard(index);
+        let now = clock.now();
+        let removed = shard.sweep(budget, |state| self.rules.is_idle(state, now));
+        bounds.keys.fetch_sub(removed, Ordering::Relaxed);
+        (removed, shard.buckets())
+    }
+
+    pub(crate) fn shard_count(&self) -> usize {
+        self.map.shard_count()
+    }
+
+    /// Forgets `key`. True if it was tracked.
+    pub(crate) fn reset<Q>(&self, key: &Q, bounds: &Bounds) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let mut located = self.map.locate(key);
+        let hash = located.hash;
+        match located
+            .shard
+            .table
+            .find_entry(hash, |(k, _)| k.borrow() == key)
+        {
+            Ok(entry) => {
+                entry.remove();
+                bounds.keys.fetch_sub(1, Ordering::Relaxed);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Gives `cost` back to `key` (nothing to do for an untracked key: it
+    /// is already as fresh as can be).
+    pub(crate) fn refund<Q, C>(&self, key: &Q, cost: u64, clock: &C)
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+        C: Clock,
+    {
+        let mut located = self.map.locate(key);
+        let now = clock.now();
+        let hash = located.hash;
+        if let Some((_, state)) = located
+            .shard
+            .table
+            .find_mut(hash, |(k, _)| k.borrow() == key)
+        {
+            self.rules.refund(state, now, cost);
+        }
+    }
+
+    /// Charges `cost` at the earliest time it fits (now, or now plus the
+    /// wait the core reports), provided the request may go within `max_wait`
+    /// nanoseconds. The key's clock moves to that time: until then the
+    /// reservation holds it (see `decide_held`).
+    pub(crate) fn reserve<Q, C>(
+        &self,
+        key: &Q,
+        cost: u64,
+        max_wait: u64,
+        clock: &C,
+        bounds: &Bounds,
+    ) -> Result<Reserved, WaitError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        C: Clock,
+    {
+        let mut located = self.map.locate(key);
+        let now = clock.now();
+        let hash = located.hash;
+        if let Some((_, state)) = located
+            .shard
+            .table
+            .find_mut(hash, |(k, _)| k.borrow() == key)
+        {
+            return self.reserve_in(state, now, cost, max_wait);
+        }
+        let mut state = self.rules.fresh();
+        let reserved = self.reserve_in(&mut state, now, cost, max_wait)?;
+        if cost == 0 {
+            return Ok(reserved);
+        }
+        if !self.make_room(&mut located, now, bounds) {
+            return Err(WaitError::Full(LimiterFull {
+                max_keys: bounds.max_keys,
+            }));
+        }
+        self.add(&mut located, key.to_owned(), state, now, bounds);
+        Ok(reserved)
+    }
+
+    fn reserve_in(
+        &self,
+        state: &mut R::State,
+        now: u64,
+        cost: u64,
+        max_wait: u64,
+    ) -> Result<Reserved, WaitError> {
+        let mut at = now.max(self.rules.last_update(state));
+        // Admission only gets easier as a key is left alone, and the core's
+        // wait is exact, so the first wait is the answer; the loop guards
+        // the several-limit case all the same.
+        let mut preview = self.rules.preview(state, at, cost);
+        for _ in 0..4 {
+            match preview.retry_after {
+                RetryAfter::Now => break,
+                RetryAfter::After(wait) => {
+                    at = at.saturating_add(wait);
+                    preview = self.rules.preview(state, at, cost);
+                }
+                RetryAfter::Never => return Err(WaitError::NeverFits(preview)),
+            }
+        }
+        if !preview.allowed {
+            return Err(WaitError::NeverFits(preview));
+        }
+        let ready_at = at.saturating_add(preview.delay);
+        let wait = ready_at - now;
+        if wait > max_wait {
+            return Err(WaitError::TooLate { wait });
+        }
+        let decision = self.rules.decide(state, at, cost);
+        Ok(Reserved { decision, ready_at })
+    }
+}

@@ -1,0 +1,468 @@
+//! [`Limiter`]: the keyed, in-process rate limiter.
+
+use std::borrow::Borrow;
+use std::hash::Hash;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use tollgate_core::algorithms::{
+    FixedWindow, Gcra, LeakyBucket, LeakyQueue, SlidingCounter, SlidingLog, TokenBucket,
+};
+use tollgate_core::{Algorithm, Decision, RetryAfter};
+
+use crate::keyed::{Bounds, Keyed};
+use crate::rules::{All, One};
+use crate::sharded::default_shards;
+use crate::{Clock, MonotonicClock, Policy};
+
+/// A rate limiter holding the state of many keys in process memory.
+///
+/// Every decision is made by the exact core ([`tollgate_core`]), so a
+/// `Limiter` answers exactly like `tollgate replay` on the same request times.
+/// Keys live in a sharded hash map (four shards per CPU, each behind its own
+/// lock); the clock is read after the key's shard is locked, so each key sees
+/// its times in order. `Limiter` is `Send + Sync` and has no global state:
+/// share it with an `Arc`.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{Algorithm, FakeClock, Limit, Limiter, Quota, RetryAfter};
+///
+/// // 100 requests per minute per user, at most 10 at once.
+/// let quota = Quota::per_minute(100).unwrap().with_burst(10).unwrap();
+/// let clock = FakeClock::new();
+/// let limiter = Limiter::builder(Limit::new(Algorithm::Gcra, quota))
+///     .clock(clock.clone())
+///     .build();
+///
+/// for _ in 0..10 {
+///     assert!(limiter.check("alice", 1).allowed);
+/// }
+/// let denied = limiter.check("alice", 1);
+/// assert!(!denied.allowed);
+/// assert_eq!(denied.retry_after, RetryAfter::After(600_000_000)); // 60 s / 100
+/// assert!(limiter.check("bob", 1).allowed); // every key has its own budget
+///
+/// clock.advance(Duration::from_millis(600));
+/// assert!(limiter.check("alice", 1).allowed);
+/// ```
+///
+/// The same code against a shared store (Redis, ...) goes through
+/// [`Store`](crate::Store), which takes any [`Backend`](crate::Backend); the
+/// in-process one is [`MemoryBackend`](crate::MemoryBackend), so switching
+/// stores is one line.
+pub struct Limiter<K, C = MonotonicClock> {
+    policy: Policy,
+    table: Table<K>,
+    clock: C,
+    bounds: Bounds,
+    /// Which shard [`Limiter::sweep_step`] visits next.
+    sweep_next: AtomicUsize,
+}
+
+/// The keys of the policy, stored as the algorithm's own state type when
+/// the policy has one limit.
+enum Table<K> {
+    FixedWindow(Keyed<K, One<FixedWindow>>),
+    SlidingLog(Keyed<K, One<SlidingLog>>),
+    SlidingCounter(Keyed<K, One<SlidingCounter>>),
+    TokenBucket(Keyed<K, One<TokenBucket>>),
+    Gcra(Keyed<K, One<Gcra>>),
+    LeakyBucket(Keyed<K, One<LeakyBucket>>),
+    LeakyQueue(Keyed<K, One<LeakyQueue>>),
+    All(Keyed<K, All>),
+}
+
+/// Runs `$body` with `$keyed` bound to the table's `Keyed`.
+macro_rules! with_keyed {
+    ($table:expr, $keyed:ident => $body:expr) => {
+        match $table {
+            Table::FixedWindow($keyed) => $body,
+            Table::SlidingLog($keyed) => $body,
+            Table::SlidingCounter($keyed) => $body,
+            Table::TokenBucket($keyed) => $body,
+            Table::Gcra($keyed) => $body,
+            Table::LeakyBucket($keyed) => $body,
+            Table::LeakyQueue($keyed) => $body,
+            Table::All($keyed) => $body,
+        }
+    };
+}
+
+impl<K: Hash + Eq> Table<K> {
+    fn new(policy: &Policy, shards: usize) -> Self {
+        let limits = policy.limits();
+        let [limit] = limits else {
+            return Table::All(Keyed::new(All::new(limits), shards));
+        };
+        let quota = limit.quota;
+        match limit.algorithm {
+            Algorithm::FixedWindow => Table::FixedWindow(Keyed::new(One::new(quota), shards)),
+            Algorithm::SlidingLog => Table::SlidingLog(Keyed::new(One::new(quota), shards)),
+            Algorithm::SlidingCounter => Table::SlidingCounter(Keyed::new(One::new(quota), shards)),
+            Algorithm::TokenBucket => Table::TokenBucket(Keyed::new(One::new(quota), shards)),
+            Algorithm::Gcra => Table::Gcra(Keyed::new(One::new(quota), shards)),
+            Algorithm::LeakyBucket => Table::LeakyBucket(Keyed::new(One::new(quota), shards)),
+            Algorithm::LeakyQueue => Table::LeakyQueue(Keyed::new(One::new(quota), shards)),
+        }
+    }
+}
+
+/// What a limiter does with a new key when it already holds `max_keys` keys
+/// and none of the keys it looked at could be evicted as idle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnFull {
+    /// Decide the request as a new key's first one, without remembering it:
+    /// known keys stay limited, new keys are not limited until room frees.
+    AdmitUntracked,
+    /// Refuse the request: [`Limiter::try_check`] returns [`LimiterFull`] and
+    /// [`Limiter::check`] a denial.
+    Reject,
+}
+
+/// A new key was refused because the limiter holds its maximum of keys.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("the limiter holds its maximum of {max_keys} keys and found none idle to evict")]
+pub struct LimiterFull {
+    /// The limiter's `max_keys`.
+    pub max_keys: usize,
+}
+
+/// Why [`Limiter::reserve`] or [`Limiter::until_ready`] gave up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum WaitError {
+    /// The cost can never fit the policy; the decision says why.
+    #[error("a cost this large can never be admitted")]
+    NeverFits(Decision),
+    /// The request could go only after `wait` ns, beyond the caller's limit.
+    #[error("the request could only go in {wait} ns, after the deadline")]
+    TooLate {
+        /// Nanoseconds until the request could go.
+        wait: u64,
+    },
+    /// A new key could not be tracked.
+    #[error(transparent)]
+    Full(#[from] LimiterFull),
+}
+
+/// Options of a [`Limiter`], from [`Limiter::builder`].
+pub struct LimiterBuilder<C> {
+    policy: Policy,
+    clock: C,
+    max_keys: usize,
+    on_full: OnFull,
+    full_retry: Duration,
+    shards: usize,
+}
+
+impl<C: Clock> LimiterBuilder<C> {
+    /// Uses `clock` instead of the default [`MonotonicClock`].
+    pub fn clock<C2: Clock>(self, clock: C2) -> LimiterBuilder<C2> {
+        LimiterBuilder {
+            policy: self.policy,
+            clock,
+            max_keys: self.max_keys,
+            on_full: self.on_full,
+            full_retry: self.full_retry,
+            shards: self.shards,
+        }
+    }
+
+    /// Holds at most `max_keys` keys. A new key beyond it first evicts an
+    /// idle key from the ones near it in its shard (up to 64 looked at);
+    /// if none is idle, `on_full` decides. Unbounded by default.
+    pub fn max_keys(mut self, max_keys: usize, on_full: OnFull) -> Self {
+        self.max_keys = max_keys;
+        self.on_full = on_full;
+        self
+    }
+
+    /// The `retry_after` that [`Limiter::check`] reports to a new key
+    /// refused under [`OnFull::Reject`] (default: 1 s).
+    pub fn full_retry_after(mut self, retry_after: Duration) -> Self {
+        self.full_retry = retry_after;
+        self
+    }
+
+    /// Splits the keys into `shards` independently locked parts (rounded up
+    /// to a power of two). Default: four per CPU.
+    pub fn shards(mut self, shards: usize) -> Self {
+        self.shards = shards;
+        self
+    }
+
+    /// The limiter.
+    pub fn build<K: Hash + Eq>(self) -> Limiter<K, C> {
+        Limiter {
+            table: Table::new(&self.policy, self.shards),
+            policy: self.policy,
+            clock: self.clock,
+            bounds: Bounds {
+                max_keys: self.max_keys,
+                on_full: self.on_full,
+                full_retry: u64::try_from(self.full_retry.as_nanos()).unwrap_or(u64::MAX),
+                keys: AtomicUsize::new(0),
+            },
+            sweep_next: AtomicUsize::new(0),
+        }
+    }
+}
+
+impl<K: Hash + Eq> Limiter<K> {
+    /// A limiter for `policy` (a [`Limit`](crate::Limit) or a [`Policy`] of
+    /// several) on the default monotonic clock, with no bound on keys.
+    pub fn new(policy: impl Into<Policy>) -> Self {
+        Limiter::builder(policy).build()
+    }
+}
+
+impl Limiter<()> {
+    /// Options: clock, `max_keys`, shards. The key type is chosen by
+    /// [`LimiterBuilder::build`] (usually inferred).
+    pub fn builder(policy: impl Into<Policy>) -> LimiterBuilder<MonotonicClock> {
+        LimiterBuilder {
+            policy: policy.into(),
+            clock: MonotonicClock::new(),
+            max_keys: usize::MAX,
+            on_full: OnFull::AdmitUntracked,
+            full_retry: Duration::from_secs(1),
+            shards: default_shards(),
+        }
+    }
+}
+
+impl<K: Hash + Eq, C: Clock> Limiter<K, C> {
+    /// Decides a request of `cost` for `key` now, and charges it if admitted
+    /// (on every limit of the policy, or on none). Cost 0 is a peek.
+    ///
+    /// Under [`OnFull::Reject`], a new key that cannot be tracked gets a
+    /// denial with the builder's `full_retry_after`; use
+    /// [`Limiter::try_check`] to tell that case apart.
+    #[inline]
+    pub fn check<Q>(&self, key: &Q, cost: u64) -> Decision
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.try_check(key, cost).unwrap_or_else(
+            |_| with_keyed!(&self.table, t => t.full_decision(cost, self.bounds.full_retry)),
+        )
+    }
+
+    /// Like [`Limiter::check`], but a new key refused because the limiter is
+    /// full (under [`OnFull::Reject`]) is an error.
+    #[inline]
+    pub fn try_check<Q>(&self, key: &Q, cost: u64) -> Result<Decision, LimiterFull>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        with_keyed!(&self.table, t => t.check(key, cost, &self.clock, &self.bounds))
+    }
+
+    /// The key's current numbers (a check of cost 0): changes nothing.
+    pub fn peek<Q>(&self, key: &Q) -> Decision
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.check(key, 0)
+    }
+
+    /// Forgets `key`, as if it had never been seen. True if it was tracked.
+    pub fn reset<Q>(&self, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        with_keyed!(&self.table, t => t.reset(key, &self.bounds))
+    }
+
+    /// Gives `cost` back to `key`, for a request that was admitted but not
+    /// carried out: the inverse of a charge of `cost` now, on every limit.
+    /// Capped: a key never gets more room than a fresh key has. Which charges
+    /// are undone, per algorithm: the newest ones still counted (windows and
+    /// the log), `cost` emission intervals of debt (the bucket family), or of
+    /// queue (the leaky queue).
+    pub fn refund<Q>(&self, key: &Q, cost: u64)
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        with_keyed!(&self.table, t => t.refund(key, cost, &self.clock))
+    }
+
+    /// Charges `cost` for `key` at the earliest time it fits and returns a
+    /// [`Reservation`] saying when the request may go, provided that is
+    /// within `max_wait`.
+    ///
+    /// Exact semantics: if the policy admits the request now, it is charged
+    /// now and may go now, or for the leaky queue after its `delay`. If not,
+    /// it is charged at `now + retry_after` (the core's exact wait), and may
+    /// go then (plus the queue's delay). Because a key's clock never runs
+    /// backwards, the key is then *held* until that time: every other charge
+    /// for it is refused until the reservation's time, with a `retry_after`
+    /// that counts the hold, so nothing jumps the queue and nothing goes
+    /// over the quota in real time. Returns [`WaitError::NeverFits`] if the
+    /// cost can never fit and [`WaitError::TooLate`] (charging nothing) if
+    /// the wait exceeds `max_wait`.
+    pub fn reserve<Q>(
+        &self,
+        key: &Q,
+        cost: u64,
+        max_wait: Duration,
+    ) -> Result<Reservation<'_, K, C>, WaitError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let max_wait = u64::try_from(max_wait.as_nanos()).unwrap_or(u64::MAX);
+        let reserved = with_keyed!(
+            &self.table,
+            t => t.reserve(key, cost, max_wait, &self.clock, &self.bounds)
+        )?;
+        Ok(Reservation {
+            limiter: self,
+            key: key.to_owned(),
+            cost,
+            ready_at: reserved.ready_at,
+            decision: reserved.decision,
+        })
+    }
+
+    /// Waits until `key` admits `cost`, then charges it and returns the
+    /// admitting decision; gives up at once, charging nothing, when the
+    /// wait would end after `deadline` from now ([`WaitError::TooLate`]) or
+    /// the cost can never fit ([`WaitError::NeverFits`]).
+    ///
+    /// Waiting is sleeping on the limiter's clock (tokio's timer for
+    /// [`MonotonicClock`]), never polling. Nothing is charged while waiting:
+    /// if the slot is taken by another caller in the meantime, it waits for
+    /// the next one, still within the deadline. Dropping the future gives up
+    /// with nothing to give back.
+    pub async fn until_ready<Q>(
+        &self,
+        key: &Q,
+        cost: u64,
+        deadline: Duration,
+    ) -> Result<Decision, WaitError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let deadline = u64::try_from(deadline.as_nanos()).unwrap_or(u64::MAX);
+        let give_up = self.clock.now().saturating_add(deadline);
+        loop {
+            let decision = self.try_check(key, cost)?;
+            let wait = match decision.retry_after {
+                RetryAfter::Now => return Ok(decision),
+                RetryAfter::After(wait) => wait,
+                RetryAfter::Never => return Err(WaitError::NeverFits(decision)),
+            };
+            let now = self.clock.now();
+            if now.saturating_add(wait) > give_up {
+                return Err(WaitError::TooLate { wait });
+            }
+            self.clock.sleep(Duration::from_nanos(wait)).await;
+        }
+    }
+
+    /// Sweeps a bounded part of one shard (the next in turn): looks at up
+    /// to `budget` buckets and forgets the keys that are back to their
+    /// initial state. Locks one shard, briefly; never the whole limiter.
+    /// Returns how many keys it removed.
+    ///
+    /// New keys already sweep a few buckets each, which bounds memory while
+    /// keys churn; call this (for example from a timer) to reclaim idle keys
+    /// when no new keys come.
+    pub fn sweep_step(&self, budget: usize) -> usize {
+        let shard = self.sweep_next.fetch_add(1, Ordering::Relaxed);
+        with_keyed!(&self.table, t => t.sweep_shard(shard, budget, &self.clock, &self.bounds).0)
+    }
+
+    /// Sweeps every shard once through, one shard and 1,024 buckets at a
+    /// time, so other threads keep working meanwhile. Returns how many keys
+    /// it removed.
+    pub fn sweep(&self) -> usize {
+        const CHUNK: usize = 1024;
+        with_keyed!(&self.table, t => {
+            let mut removed = 0;
+            for shard in 0..t.shard_count() {
+                let mut looked = 0;
+                loop {
+                    let (r, buckets) = t.sweep_shard(shard, CHUNK, &self.clock, &self.bounds);
+                    removed += r;
+                    looked += CHUNK;
+                    if looked >= buckets {
+                        break;
+                    }
+                }
+            }
+            removed
+        })
+    }
+
+    /// Keys tracked now.
+    pub fn len(&self) -> usize {
+        self.bounds.keys.load(Ordering::Relaxed)
+    }
+
+    /// Whether no key is tracked.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The policy this limiter enforces.
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// The limiter's clock.
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+}
+
+/// A request charged ahead by [`Limiter::reserve`]: it may go at
+/// [`Reservation::ready_at`]. Dropping it keeps the charge (the request is
+/// expected to go); [`Reservation::cancel`] gives it back.
+#[must_use = "a reservation says when the request may go"]
+pub struct Reservation<'a, K, C: Clock> {
+    limiter: &'a Limiter<K, C>,
+    key: K,
+    cost: u64,
+    ready_at: u64,
+    decision: Decision,
+}
+
+impl<K: Hash + Eq, C: Clock> Reservation<'_, K, C> {
+    /// When the request may go, in ns on the limiter's clock.
+    pub fn ready_at(&self) -> u64 {
+        self.ready_at
+    }
+
+    /// How long from now until the request may go (0 if it may go now).
+    pub fn wait(&self) -> Duration {
+        Duration::from_nanos(self.ready_at.saturating_sub(self.limiter.clock.now()))
+    }
+
+    /// The decision of the charge, as of the time it was made for.
+    pub fn decision(&self) -> Decision {
+        self.decision
+    }
+
+    /// Sleeps on the limiter's clock until the request may go.
+    pub async fn ready(&self) {
+        let wait = self.wait();
+        if !wait.is_zero() {
+            self.limiter.clock.sleep(wait).await;
+        }
+    }
+
+    /// Gives the cost back (see [`Limiter::refund`]): for a request that
+    /// will not go. The key's clock stays at the reservation's time, so
+    /// the room it frees is usable from that time on.
+    pub fn cancel(self) {
+        self.limiter.refund(&self.key, self.cost);
+    }
+}
