@@ -6,8 +6,10 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod check;
 mod replay;
 mod simulate;
+mod store;
 
 /// Exact rate limiting: replay traces through any of the seven algorithms.
 #[derive(Parser)]
@@ -24,6 +26,8 @@ enum Command {
     Replay(replay::Args),
     /// Rerun the published rate-limiting experiments and write a report with charts.
     Simulate(simulate::Args),
+    /// Make one decision in a shared store (Redis) and print it as JSON.
+    Check(check::Args),
 }
 
 fn main() -> ExitCode {
@@ -31,6 +35,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Replay(args) => replay::run(args),
         Command::Simulate(args) => simulate::run(args),
+        Command::Check(args) => check::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

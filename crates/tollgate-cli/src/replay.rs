@@ -42,6 +42,26 @@ pub struct Args {
     /// in full or not at all.
     #[arg(long, value_name = "FILE")]
     output: Option<PathBuf>,
+    /// Replay through a shared store instead of in process, with the trace's
+    /// own times: redis://HOST:PORT or redis+cluster://HOST:PORT[,...].
+    /// Times must be whole microseconds; durations are rounded up to one.
+    #[arg(long, value_name = "URL")]
+    store: Option<String>,
+}
+
+/// Through the store when `--store` is given, else in process.
+fn replay_through<W: std::io::Write>(
+    store: Option<&str>,
+    rule: Limit,
+    input: impl io::BufRead,
+    output: W,
+) -> anyhow::Result<()> {
+    match store {
+        Some(url) => crate::store::replay(url, rule, input, output).map(drop),
+        None => trace::replay(rule, input, output)
+            .map(drop)
+            .map_err(Into::into),
+    }
 }
 
 /// Replays the trace and writes the decisions.
@@ -64,7 +84,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Some(path) => {
             let mut file = AtomicFile::create(path)
                 .with_context(|| format!("cannot create `{}`", path.display()))?;
-            trace::replay(
+            replay_through(
+                args.store.as_deref(),
                 rule,
                 input,
                 BufWriter::with_capacity(IO_BUFFER_BYTES, &mut file),
@@ -74,7 +95,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
         None => {
             let stdout = io::stdout();
-            trace::replay(
+            replay_through(
+                args.store.as_deref(),
                 rule,
                 input,
                 BufWriter::with_capacity(IO_BUFFER_BYTES, stdout.lock()),

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::io::{self, BufRead, Read, Write};
 
-use tollgate_core::{Limit, RetryAfter, State};
+use tollgate_core::{Decision, Limit, RetryAfter, State};
 
 /// The header every trace starts with.
 pub const INPUT_HEADER: &str = "t_ns,key,cost";
@@ -47,6 +47,13 @@ pub enum ReplayError {
         line: u64,
         /// What is wrong with it.
         problem: LineProblem,
+    },
+    /// The decider of [`replay_with`] failed on a line (e.g. a store error).
+    Decide {
+        /// 1-based line number in the input.
+        line: u64,
+        /// What went wrong.
+        message: String,
     },
 }
 
@@ -123,6 +130,7 @@ impl fmt::Display for ReplayError {
                 write!(f, "empty input: expected the header `{INPUT_HEADER}`")
             }
             ReplayError::Line { line, problem } => write!(f, "line {line}: {problem}"),
+            ReplayError::Decide { line, message } => write!(f, "line {line}: {message}"),
         }
     }
 }
@@ -143,11 +151,33 @@ impl std::error::Error for ReplayError {
 /// caller's to discard.
 pub fn replay<R: BufRead, W: Write>(
     rule: Limit,
+    input: R,
+    output: W,
+) -> Result<Summary, ReplayError> {
+    let mut keys: HashMap<Box<[u8]>, State> = HashMap::new();
+    let mut summary = replay_with(input, output, |key, t_ns, cost| {
+        let state = match keys.get_mut(key) {
+            Some(state) => state,
+            None => keys
+                .entry(key.into())
+                .or_insert_with(|| State::new(rule.algorithm, &rule.quota)),
+        };
+        Ok(state.decide(&rule.quota, t_ns, cost))
+    })?;
+    summary.keys = keys.len();
+    Ok(summary)
+}
+
+/// Replays the trace with decisions from `decide(key, t_ns, cost)`, for
+/// deciders other than in-process states (a store such as Redis); the same
+/// validation and output as [`replay`]. An `Err` from `decide` stops the run
+/// as [`ReplayError::Decide`] with the line number. `Summary::keys` is left 0.
+pub fn replay_with<R: BufRead, W: Write>(
     mut input: R,
     mut output: W,
+    mut decide: impl FnMut(&[u8], u64, u64) -> Result<Decision, String>,
 ) -> Result<Summary, ReplayError> {
     let mut line = Vec::with_capacity(256);
-    let mut keys: HashMap<Box<[u8]>, State> = HashMap::new();
     let mut summary = Summary::default();
 
     if !read_line(&mut input, &mut line, 1)? {
@@ -174,19 +204,17 @@ pub fn replay<R: BufRead, W: Write>(
             line: number,
             problem,
         })?;
-        let state = match keys.get_mut(request.key) {
-            Some(state) => state,
-            None => keys
-                .entry(request.key.into())
-                .or_insert_with(|| State::new(rule.algorithm, &rule.quota)),
-        };
-        let decision = state.decide(&rule.quota, request.t_ns, request.cost);
+        let decision = decide(request.key, request.t_ns, request.cost).map_err(|message| {
+            ReplayError::Decide {
+                line: number,
+                message,
+            }
+        })?;
         summary.requests += 1;
         summary.admitted += u64::from(decision.allowed);
         write_decision(&mut output, &line, &decision).map_err(ReplayError::Write)?;
     }
     output.flush().map_err(ReplayError::Write)?;
-    summary.keys = keys.len();
     Ok(summary)
 }
 

@@ -1,5 +1,6 @@
 use std::fmt;
 
+use crate::ticks::Divisor;
 use crate::Algorithm;
 
 /// How much a key may spend: `limit` per `period`, and `burst` for the
@@ -17,11 +18,21 @@ use crate::Algorithm;
 /// That covers every combination of limits and bursts up to 10^9 with periods
 /// from 1 ns to 366 days, except a burst so much larger than the limit that
 /// refilling it would take more than 146 years.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Quota {
-    limit: u64,
-    period: u64,
+    limit: Divisor,
+    period: Divisor,
     burst: u64,
+}
+
+impl fmt::Debug for Quota {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Quota")
+            .field("limit", &self.limit())
+            .field("period", &self.period_ns())
+            .field("burst", &self.burst)
+            .finish()
+    }
 }
 
 /// Why a [`Quota`] was refused.
@@ -121,7 +132,7 @@ impl Quota {
 
     /// The same rate with another `burst`.
     pub fn with_burst(self, burst: u64) -> Result<Self, QuotaError> {
-        Self::with_parts(self.limit, self.period, burst)
+        Self::with_parts(self.limit(), self.period_ns(), burst)
     }
 
     /// `limit` per `period_ns` with an explicit `burst`, validated.
@@ -155,20 +166,20 @@ impl Quota {
             });
         }
         Ok(Quota {
-            limit,
-            period: period_ns,
+            limit: Divisor::new(limit),
+            period: Divisor::new(period_ns),
             burst,
         })
     }
 
     /// Requests (cost units) per period.
     pub const fn limit(&self) -> u64 {
-        self.limit
+        self.limit.get()
     }
 
     /// The period in nanoseconds.
     pub const fn period_ns(&self) -> u64 {
-        self.period
+        self.period.get()
     }
 
     /// Bucket capacity in cost units (defaults to `limit`).
@@ -181,7 +192,7 @@ impl Quota {
     pub const fn capacity(&self, algorithm: Algorithm) -> u64 {
         match algorithm {
             Algorithm::FixedWindow | Algorithm::SlidingLog | Algorithm::SlidingCounter => {
-                self.limit
+                self.limit()
             }
             Algorithm::TokenBucket | Algorithm::Gcra | Algorithm::LeakyBucket => self.burst,
             // One request is served at once and `burst` more wait.
@@ -192,13 +203,25 @@ impl Quota {
     /// `now` in ticks of `1 / limit` ns.
     #[inline]
     pub(crate) fn ticks(&self, now: u64) -> u128 {
-        now as u128 * self.limit as u128
+        now as u128 * self.limit() as u128
     }
 
     /// The emission interval times `cost`, in ticks.
     #[inline]
     pub(crate) fn cost_ticks(&self, cost: u64) -> u128 {
-        cost as u128 * self.period as u128
+        cost as u128 * self.period_ns() as u128
+    }
+
+    /// Divides by the period without a divide instruction.
+    #[inline]
+    pub(crate) const fn period_divisor(&self) -> Divisor {
+        self.period
+    }
+
+    /// Divides by the limit without a divide instruction.
+    #[inline]
+    pub(crate) const fn limit_divisor(&self) -> Divisor {
+        self.limit
     }
 
     /// The bucket capacity, `burst * T`, in ticks.
@@ -290,6 +313,12 @@ mod tests {
         assert_eq!(Quota::per_minute(100).unwrap().burst(), 100);
         assert_eq!(Quota::per_second(5).unwrap().period_ns(), NS_PER_SEC);
         assert_eq!(Quota::per_hour(5).unwrap().period_ns(), 3600 * NS_PER_SEC);
+    }
+
+    #[test]
+    fn debug_shows_the_three_numbers() {
+        let q = Quota::with_parts(3, 10, 7).unwrap();
+        assert_eq!(format!("{q:?}"), "Quota { limit: 3, period: 10, burst: 7 }");
     }
 
     #[test]

@@ -14,7 +14,10 @@ const FAMILY: [Algorithm; 3] = [
     Algorithm::LeakyBucket,
 ];
 
-fn identical_decisions(quota: &tollgate_core::Quota, trace: &[(u64, u64)]) -> Result<(), TestCaseError> {
+fn identical_decisions(
+    quota: &tollgate_core::Quota,
+    trace: &[(u64, u64)],
+) -> Result<(), TestCaseError> {
     let mut states = FAMILY.map(|a| State::new(a, quota));
     for &(t, c) in trace {
         let [tb, gcra, leaky] = states.each_mut().map(|s| s.decide(quota, t, c));

@@ -36,14 +36,24 @@ fn check_step(
         RetryAfter::After(wait) => {
             prop_assert!(wait >= 1);
             if let Some(then) = at.checked_add(wait) {
-                prop_assert!(!before.preview(quota, then - 1, cost).allowed, "admitted 1ns early");
-                prop_assert!(before.preview(quota, then, cost).allowed, "denied at retry_after");
+                prop_assert!(
+                    !before.preview(quota, then - 1, cost).allowed,
+                    "admitted 1ns early"
+                );
+                prop_assert!(
+                    before.preview(quota, then, cost).allowed,
+                    "denied at retry_after"
+                );
             }
         }
         RetryAfter::Never => {
             let far = at.saturating_add(3 * quota.period_ns().max(quota.burst()));
             for then in [at, far, u64::MAX] {
-                prop_assert!(!before.preview(quota, then, cost).allowed, "never admitted at {}", then);
+                prop_assert!(
+                    !before.preview(quota, then, cost).allowed,
+                    "never admitted at {}",
+                    then
+                );
             }
         }
     }
@@ -56,7 +66,10 @@ fn check_step(
 
     // A peek at the same instant reports the same numbers.
     let peek = after.preview(quota, at, 0);
-    prop_assert_eq!((peek.remaining, peek.reset_after), (d.remaining, d.reset_after));
+    prop_assert_eq!(
+        (peek.remaining, peek.reset_after),
+        (d.remaining, d.reset_after)
+    );
 
     // `reset_after`: idle (fresh numbers) then, and not one ns before.
     if let Some(then) = at.checked_add(d.reset_after) {

@@ -8,7 +8,10 @@ use proptest::prelude::*;
 use tollgate_core::{decide_all, preview_all, Decision, Limit, State};
 
 fn limits() -> impl Strategy<Value = Vec<Limit>> {
-    prop::collection::vec((algorithm(), quota()).prop_map(|(a, q)| Limit::new(a, q)), 1..=3)
+    prop::collection::vec(
+        (algorithm(), quota()).prop_map(|(a, q)| Limit::new(a, q)),
+        1..=3,
+    )
 }
 
 proptest! {

@@ -113,7 +113,14 @@ fn extremes_do_not_panic() {
         Quota::with_parts(1, 1, Quota::MAX_LIMIT).unwrap(),
     ];
     let times = [0, 1, u64::MAX / 2, u64::MAX - 1, u64::MAX];
-    let costs = [0, 1, Quota::MAX_LIMIT, Quota::MAX_LIMIT + 1, u64::MAX - 1, u64::MAX];
+    let costs = [
+        0,
+        1,
+        Quota::MAX_LIMIT,
+        Quota::MAX_LIMIT + 1,
+        u64::MAX - 1,
+        u64::MAX,
+    ];
     for quota in &quotas {
         for algorithm in Algorithm::ALL {
             for first in times {

@@ -12,17 +12,30 @@ fn each_error_path() {
     assert_eq!(Quota::per_second(0), Err(QuotaError::ZeroLimit));
     assert_eq!(Quota::new(1, 0), Err(QuotaError::ZeroPeriod));
     assert_eq!(Quota::with_parts(1, 1, 0), Err(QuotaError::ZeroBurst));
-    assert_eq!(Quota::new(5, 1).unwrap().with_burst(0), Err(QuotaError::ZeroBurst));
+    assert_eq!(
+        Quota::new(5, 1).unwrap().with_burst(0),
+        Err(QuotaError::ZeroBurst)
+    );
     let big = Quota::MAX_LIMIT + 1;
     assert_eq!(Quota::new(big, 1), Err(QuotaError::LimitTooLarge(big)));
-    assert_eq!(Quota::per_minute(u64::MAX), Err(QuotaError::LimitTooLarge(u64::MAX)));
-    assert_eq!(Quota::with_parts(1, 1, big), Err(QuotaError::BurstTooLarge(big)));
+    assert_eq!(
+        Quota::per_minute(u64::MAX),
+        Err(QuotaError::LimitTooLarge(u64::MAX))
+    );
+    assert_eq!(
+        Quota::with_parts(1, 1, big),
+        Err(QuotaError::BurstTooLarge(big))
+    );
     let long = Quota::MAX_SPAN_NS + 1;
     assert_eq!(Quota::new(1, long), Err(QuotaError::PeriodTooLong(long)));
     // One request per 2^61 ns with a burst of 3: refilling takes 1.5 * 2^62 ns.
     assert_eq!(
         Quota::with_parts(2, Quota::MAX_SPAN_NS, 3),
-        Err(QuotaError::RefillTooLong { burst: 3, limit: 2, period_ns: Quota::MAX_SPAN_NS })
+        Err(QuotaError::RefillTooLong {
+            burst: 3,
+            limit: 2,
+            period_ns: Quota::MAX_SPAN_NS
+        })
     );
 }
 
@@ -32,10 +45,26 @@ fn errors_name_the_offending_value() {
         (QuotaError::ZeroLimit, "limit"),
         (QuotaError::ZeroPeriod, "period"),
         (QuotaError::ZeroBurst, "burst"),
-        (QuotaError::LimitTooLarge(1_000_000_000_001), "1000000000001"),
-        (QuotaError::BurstTooLarge(1_000_000_000_002), "1000000000002"),
-        (QuotaError::PeriodTooLong(4_611_686_018_427_387_905), "4611686018427387905ns"),
-        (QuotaError::RefillTooLong { burst: 77, limit: 3, period_ns: 9 }, "burst 77 at 3 per 9ns"),
+        (
+            QuotaError::LimitTooLarge(1_000_000_000_001),
+            "1000000000001",
+        ),
+        (
+            QuotaError::BurstTooLarge(1_000_000_000_002),
+            "1000000000002",
+        ),
+        (
+            QuotaError::PeriodTooLong(4_611_686_018_427_387_905),
+            "4611686018427387905ns",
+        ),
+        (
+            QuotaError::RefillTooLong {
+                burst: 77,
+                limit: 3,
+                period_ns: 9,
+            },
+            "burst 77 at 3 per 9ns",
+        ),
     ];
     for (error, needle) in cases {
         let message = error.to_string();
@@ -46,7 +75,10 @@ fn errors_name_the_offending_value() {
 #[test]
 fn the_edges_of_the_range_are_accepted() {
     let q = Quota::with_parts(Quota::MAX_LIMIT, Quota::MAX_SPAN_NS, Quota::MAX_LIMIT).unwrap();
-    assert_eq!((q.limit(), q.period_ns(), q.burst()), (Quota::MAX_LIMIT, Quota::MAX_SPAN_NS, Quota::MAX_LIMIT));
+    assert_eq!(
+        (q.limit(), q.period_ns(), q.burst()),
+        (Quota::MAX_LIMIT, Quota::MAX_SPAN_NS, Quota::MAX_LIMIT)
+    );
     // Refill of exactly 2^62 ns is still fine.
     assert!(Quota::with_parts(2, Quota::MAX_SPAN_NS, 2).is_ok());
     assert!(Quota::with_parts(1, 1, Quota::MAX_LIMIT).is_ok());

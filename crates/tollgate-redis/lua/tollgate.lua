@@ -39,7 +39,11 @@ div_floor and div_ceil use fmod, which is exact in IEEE arithmetic, so the
 quotient of two exact integers is exact too.
 ]]
 
-local fmod = math.fmod
+-- Library globals (math, string) exist only when a function runs, not while
+-- the library loads, so they are looked up inside each call.
+local function fmod(a, b)
+  return math.fmod(a, b)
+end
 
 local function div_floor(a, b)
   return (a - fmod(a, b)) / b
@@ -208,7 +212,9 @@ algorithms.sliding_counter = {
 -- Sliding log: a sorted set of admitted requests scored by time (us), and a
 -- twin scored by the running total of costs before each request; a member is
 -- the running total after its request, unique per request even within one
--- microsecond. Every lookup is O(log n); pruning is amortised O(1).
+-- microsecond, and zero-padded to 16 digits (2^53 has 16) so that members
+-- sharing a time sort by it. Every lookup is O(log n); pruning is amortised
+-- O(1).
 algorithms.sliding_log = {
   keys = 2,
   decide = function(keys, i, limit, span, _, now, cost)
@@ -246,7 +252,7 @@ algorithms.sliding_log = {
       return report(1, sum + cost, now, 0), function(floor)
         redis.call('ZREMRANGEBYSCORE', times, '-inf', int(cutoff))
         redis.call('ZREMRANGEBYSCORE', totals, '-inf', '(' .. int(start))
-        local member = int(total + cost)
+        local member = string.format('%016d', total + cost)
         redis.call('ZADD', times, int(now), member)
         redis.call('ZADD', totals, int(total), member)
         local ttl = ttl_ms(span, floor)

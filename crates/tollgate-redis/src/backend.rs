@@ -245,17 +245,11 @@ impl Backend for RedisBackend {
         self.decide(key, policy, cost, None)
     }
 
-    fn reset(
-        &self,
-        key: &str,
-        policy: &Policy,
-    ) -> impl Future<Output = Result<(), BackendError>> + Send {
-        async move {
-            let keys = self.redis_keys(key, policy)?;
-            let mut cmd = redis::cmd("DEL");
-            cmd.arg(&keys);
-            self.run(&cmd, &keys[0]).await.map(drop)
-        }
+    async fn reset(&self, key: &str, policy: &Policy) -> Result<(), BackendError> {
+        let keys = self.redis_keys(key, policy)?;
+        let mut cmd = redis::cmd("DEL");
+        cmd.arg(&keys);
+        self.run(&cmd, &keys[0]).await.map(drop)
     }
 }
 
@@ -282,7 +276,9 @@ async fn load(conn: &mut Conn, mode: ScriptMode) -> RedisResult<ScriptMode> {
 }
 
 fn unknown_command(e: &RedisError) -> bool {
-    e.to_string().to_ascii_lowercase().contains("unknown command")
+    e.to_string()
+        .to_ascii_lowercase()
+        .contains("unknown command")
 }
 
 fn lost_script(e: &RedisError) -> bool {

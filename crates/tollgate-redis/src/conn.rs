@@ -15,6 +15,10 @@ use redis::{Cmd, RedisResult, Value};
 pub const CLUSTER_SCHEME: &str = "redis+cluster://";
 
 /// A connection to one server or to a cluster.
+///
+/// Cloned for every call (both variants share their connections behind an
+/// `Arc`), so the size difference is not worth a box's allocation per clone.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone)]
 pub enum Conn {
     /// A single server (or a primary behind a proxy).

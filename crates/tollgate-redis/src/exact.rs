@@ -177,8 +177,15 @@ mod tests {
     fn common_quotas_are_in_range() {
         let day = 86_400_000_000_000;
         for algorithm in Algorithm::ALL {
-            for (l, period) in [(1, 1_000), (100, 60_000_000_000), (1_000_000, 3_600_000_000_000)] {
-                assert!(encode(&limit(algorithm, l, period, l)).is_ok(), "{algorithm} {l}");
+            for (l, period) in [
+                (1, 1_000),
+                (100, 60_000_000_000),
+                (1_000_000, 3_600_000_000_000),
+            ] {
+                assert!(
+                    encode(&limit(algorithm, l, period, l)).is_ok(),
+                    "{algorithm} {l}"
+                );
             }
             assert!(encode(&limit(algorithm, 50_000, day, 50_000)).is_ok());
         }
@@ -191,8 +198,9 @@ mod tests {
         let err = encode(&l).unwrap_err();
         assert!(err.largest > MAX_EXACT);
         assert!(err.to_string().contains("2^53"), "{err}");
-        // A huge burst of slow tokens: burst * p ~ 1e9 * 3.6e9.
-        let l = limit(Algorithm::TokenBucket, 1, 3_600_000_000_000, 1_000_000_000);
+        // A big burst at an interval that is no whole number of us: p is the
+        // whole period (1 day + 1 ns) and q = 3000.
+        let l = limit(Algorithm::TokenBucket, 3, 86_400_000_000_001, 10_000);
         assert!(encode(&l).is_err());
     }
 }

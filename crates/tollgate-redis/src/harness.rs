@@ -60,7 +60,8 @@ impl RedisServer {
     }
 
     fn start_with(port: u16, extra: Vec<String>) -> Result<Self, HarnessError> {
-        let dir = std::env::temp_dir().join(format!("tollgate-redis-{}-{port}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("tollgate-redis-{}-{port}", std::process::id()));
         std::fs::create_dir_all(&dir).map_err(|e| HarnessError::Failed(e.to_string()))?;
         let mut server = RedisServer {
             port,
@@ -149,7 +150,10 @@ impl RedisCluster {
                 .collect();
             nodes.push(RedisServer::start_with(port, extra)?);
         }
-        let addrs: Vec<String> = nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect();
+        let addrs: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
         let mut args = vec!["--cluster", "create"];
         args.extend(addrs.iter().map(String::as_str));
         args.extend(["--cluster-replicas", "0", "--cluster-yes"]);
@@ -168,7 +172,11 @@ impl RedisCluster {
 
     /// `redis+cluster://` with every node as a seed.
     pub fn url(&self) -> String {
-        let seeds: Vec<String> = self.nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect();
+        let seeds: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
         format!("redis+cluster://{}", seeds.join(","))
     }
 
@@ -181,7 +189,8 @@ impl RedisCluster {
 /// A port free on 127.0.0.1 (and, if `also_plus` > 0, at port + also_plus).
 fn free_port(also_plus: u16) -> Result<u16, HarnessError> {
     for _ in 0..100 {
-        let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| HarnessError::Failed(e.to_string()))?;
+        let listener =
+            TcpListener::bind("127.0.0.1:0").map_err(|e| HarnessError::Failed(e.to_string()))?;
         let port = listener
             .local_addr()
             .map_err(|e| HarnessError::Failed(e.to_string()))?
@@ -231,5 +240,7 @@ fn wait_until(mut ready: impl FnMut() -> bool, what: &str) -> Result<(), Harness
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    Err(HarnessError::Failed(format!("timed out waiting for {what}")))
+    Err(HarnessError::Failed(format!(
+        "timed out waiting for {what}"
+    )))
 }

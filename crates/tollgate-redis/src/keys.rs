@@ -45,9 +45,8 @@ impl KeySpace {
         if key.is_empty() {
             return Err(BackendError::InvalidKey("the key is empty".into()));
         }
-        let raw = key.len() <= MAX_KEY_BYTES
-            && !key.contains(['{', '}'])
-            && !key.starts_with(HASHED);
+        let raw =
+            key.len() <= MAX_KEY_BYTES && !key.contains(['{', '}']) && !key.starts_with(HASHED);
         Ok(if raw {
             format!("{}{{{key}}}", self.prefix)
         } else {
@@ -94,7 +93,11 @@ mod tests {
         let mut keys = vec![];
         let per_sec = Quota::per_second(10).unwrap();
         KeySpace::push_keys("app:{u}", &Limit::new(Algorithm::Gcra, per_sec), &mut keys);
-        KeySpace::push_keys("app:{u}", &Limit::new(Algorithm::SlidingLog, per_sec), &mut keys);
+        KeySpace::push_keys(
+            "app:{u}",
+            &Limit::new(Algorithm::SlidingLog, per_sec),
+            &mut keys,
+        );
         assert_eq!(
             keys,
             [
@@ -124,7 +127,10 @@ mod tests {
 
     #[test]
     fn bad_prefixes_and_empty_keys_are_refused() {
-        assert!(matches!(KeySpace::new("a{"), Err(BackendError::InvalidKey(_))));
+        assert!(matches!(
+            KeySpace::new("a{"),
+            Err(BackendError::InvalidKey(_))
+        ));
         let ks = KeySpace::new("").unwrap();
         assert!(matches!(ks.stem(""), Err(BackendError::InvalidKey(_))));
     }

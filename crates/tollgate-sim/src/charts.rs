@@ -19,6 +19,8 @@ use plotters::style::FontStyle;
 pub struct Chart {
     /// File name without extension (`.svg` and `.png` are written).
     pub stem: String,
+    /// Height of each panel in pixels (the width is fixed).
+    pub panel_height: u32,
     /// The panels, top to bottom.
     pub panels: Vec<Panel>,
 }
@@ -74,6 +76,8 @@ pub enum Panel {
         y_label: String,
         /// Logarithmic y axis (values below its floor are drawn on it).
         log_y: bool,
+        /// The top of the y axis; from the data when `None`.
+        y_max: Option<f64>,
         /// The lines.
         series: Vec<Series>,
         /// An optional horizontal reference.
@@ -93,7 +97,6 @@ pub enum Panel {
 }
 
 const WIDTH: u32 = 1100;
-const PANEL_HEIGHT: u32 = 480;
 const FONT: &str = "sans-serif";
 
 fn register_font() {
@@ -109,14 +112,12 @@ fn register_font() {
 /// Writes `dir/<stem>.svg` and `dir/<stem>.png`.
 pub fn render(chart: &Chart, dir: &Path) -> Result<(), String> {
     register_font();
-    let size = (WIDTH, PANEL_HEIGHT * chart.panels.len().max(1) as u32);
+    let size = (WIDTH, chart.panel_height * chart.panels.len().max(1) as u32);
     let svg = dir.join(format!("{}.svg", chart.stem));
     let png = dir.join(format!("{}.png", chart.stem));
     let fail = |file: &Path, e: String| format!("drawing {}: {e}", file.display());
-    draw(&SVGBackend::new(&svg, size).into_drawing_area(), chart)
-        .map_err(|e| fail(&svg, e))?;
-    draw(&BitMapBackend::new(&png, size).into_drawing_area(), chart)
-        .map_err(|e| fail(&png, e))?;
+    draw(&SVGBackend::new(&svg, size).into_drawing_area(), chart).map_err(|e| fail(&svg, e))?;
+    draw(&BitMapBackend::new(&png, size).into_drawing_area(), chart).map_err(|e| fail(&png, e))?;
     Ok(())
 }
 
@@ -131,6 +132,12 @@ fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, chart: &Chart) -> Res
         .map_err(|e| e.to_string())?;
     }
     root.present().map_err(|e| e.to_string())
+}
+
+/// An axis label: up to three decimals, no trailing zeros (`50`, `0.5`).
+fn tick(v: &f64) -> String {
+    let r = (v * 1000.0).round() / 1000.0;
+    format!("{r}")
 }
 
 type DrawResult<DB> = Result<(), DrawingAreaErrorKind<<DB as DrawingBackend>::ErrorType>>;
@@ -156,6 +163,7 @@ fn lines<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, panel: &Panel) -> Dr
         x_label,
         y_label,
         log_y,
+        y_max,
         series,
         reference,
     } = panel
@@ -163,14 +171,16 @@ fn lines<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, panel: &Panel) -> Dr
         return Ok(());
     };
     let points = series.iter().flat_map(|s| &s.points);
-    let (x0, x1) = points.clone().fold((f64::MAX, f64::MIN), |(a, b), p| {
-        (a.min(p.0), b.max(p.0))
-    });
+    let (x0, x1) = points
+        .clone()
+        .fold((f64::MAX, f64::MIN), |(a, b), p| (a.min(p.0), b.max(p.0)));
     let (x0, x1) = if x0 <= x1 { (x0, x1) } else { (0.0, 1.0) };
-    let y_top = points
-        .map(|p| p.1)
-        .chain(reference.iter().map(|r| r.value))
-        .fold(1.0f64, f64::max);
+    let y_top = y_max.unwrap_or_else(|| {
+        points
+            .map(|p| p.1)
+            .chain(reference.iter().map(|r| r.value))
+            .fold(1.0f64, f64::max)
+    });
     let mut builder = ChartBuilder::on(area);
     builder
         .caption(title, (FONT, 22))
@@ -183,7 +193,7 @@ fn lines<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, panel: &Panel) -> Dr
         let clamp = |y: f64| y.max(floor);
         draw_lines(&mut ctx, x_label, y_label, series, reference, clamp)
     } else {
-        let mut ctx = builder.build_cartesian_2d(x0..x1, 0.0..y_top * 1.15)?;
+        let mut ctx = builder.build_cartesian_2d(x0..x1, 0.0..y_top * 1.35)?;
         draw_lines(&mut ctx, x_label, y_label, series, reference, |y| y)
     }
 }
@@ -203,6 +213,8 @@ where
     ctx.configure_mesh()
         .x_desc(x_label)
         .y_desc(y_label)
+        .x_label_formatter(&tick)
+        .y_label_formatter(&tick)
         .label_style((FONT, 15))
         .axis_desc_style((FONT, 16))
         .light_line_style(WHITE.mix(0.0))
@@ -265,6 +277,7 @@ fn bars<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, panel: &Panel) -> Dra
     };
     ctx.configure_mesh()
         .x_desc(y_label)
+        .x_label_formatter(&tick)
         .y_labels(n as usize)
         .y_label_formatter(&name)
         .label_style((FONT, 15))
@@ -276,7 +289,10 @@ fn bars<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, panel: &Panel) -> Dra
     ctx.draw_series(bars.iter().enumerate().map(|(i, (_, v))| {
         let seg = n - 1 - i as u32;
         let mut r = Rectangle::new(
-            [(0.0, SegmentValue::Exact(seg)), (*v, SegmentValue::Exact(seg + 1))],
+            [
+                (0.0, SegmentValue::Exact(seg)),
+                (*v, SegmentValue::Exact(seg + 1)),
+            ],
             fill,
         );
         r.set_margin(5, 5, 0, 0);

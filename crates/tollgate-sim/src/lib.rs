@@ -39,7 +39,11 @@ impl Progress for () {
 }
 
 /// Runs the named scenarios in order.
-pub fn simulate(names: &[Name], options: &Options, progress: &dyn Progress) -> (Report, Vec<Chart>) {
+pub fn simulate(
+    names: &[Name],
+    options: &Options,
+    progress: &dyn Progress,
+) -> (Report, Vec<Chart>) {
     let mut scenarios = Vec::new();
     let mut charts = Vec::new();
     for name in names {

@@ -25,8 +25,9 @@ pub fn worst_span(charges: &[Charge], span: u64) -> u64 {
     }
     let (mut end, mut inside, mut best) = (0usize, 0u64, 0u64);
     for first in charges {
-        let limit = first.at.saturating_add(span);
-        while end < charges.len() && charges[end].at < limit {
+        // Sorted, so `at - first.at` cannot underflow (nor overflow, as
+        // `first.at + span` could).
+        while end < charges.len() && charges[end].at - first.at < span {
             inside += charges[end].cost;
             end += 1;
         }

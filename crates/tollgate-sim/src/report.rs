@@ -116,7 +116,13 @@ pub struct Check {
 impl Check {
     /// Ours must equal the seed's number.
     pub fn equal(figure: impl Into<String>, seed: u64, ours: u64, why: &str) -> Self {
-        Self::judged(figure, seed.to_string(), ours.to_string(), seed == ours, why)
+        Self::judged(
+            figure,
+            seed.to_string(),
+            ours.to_string(),
+            seed == ours,
+            why,
+        )
     }
 
     /// Ours must be at most the seed's bound.
@@ -275,7 +281,11 @@ impl Report {
             if !s.checks.is_empty() {
                 let mut t = Table::new(["published figure", "seed", "ours", "", "why it differs"]);
                 for c in &s.checks {
-                    let verdict = if c.reproduced { "reproduced" } else { "differs" };
+                    let verdict = if c.reproduced {
+                        "reproduced"
+                    } else {
+                        "differs"
+                    };
                     t.row([
                         c.figure.clone(),
                         c.seed.clone(),
@@ -313,7 +323,9 @@ fn tables(s: &ScenarioReport) -> Vec<Table> {
             let headers = std::iter::once("admitted of".to_string()).chain(groups.iter().cloned());
             let mut t = Table::new(headers);
             for r in rows {
-                t.row(std::iter::once(r.label.clone()).chain(r.admitted.iter().map(u64::to_string)));
+                t.row(
+                    std::iter::once(r.label.clone()).chain(r.admitted.iter().map(u64::to_string)),
+                );
             }
             out.push(t);
         }

@@ -31,7 +31,11 @@ pub struct Request {
 impl Request {
     /// A cost-1 request for key 0 at `at`.
     pub const fn at(at: u64) -> Self {
-        Request { at, key: 0, cost: 1 }
+        Request {
+            at,
+            key: 0,
+            cost: 1,
+        }
     }
 }
 
@@ -294,8 +298,8 @@ mod tests {
     fn on_off_keeps_the_long_run_rate() {
         let rate = 2.0;
         let (on, off) = (Shape::ON_MEAN_S, Shape::OFF_MEAN_S);
-        let n = OnOff::with_rng(PyRandom::new(3), rate * (on + off) / on, on, off, 20_000.0)
-            .count() as f64;
+        let n = OnOff::with_rng(PyRandom::new(3), rate * (on + off) / on, on, off, 20_000.0).count()
+            as f64;
         let expected = rate * 20_000.0;
         assert!((n - expected).abs() < expected * 0.1, "{n} vs {expected}");
     }
@@ -311,7 +315,9 @@ mod tests {
             seed: 9,
         };
         let merged = mix.merged();
-        assert!(merged.windows(2).all(|w| (w[0].at, w[0].key) <= (w[1].at, w[1].key)));
+        assert!(merged
+            .windows(2)
+            .all(|w| (w[0].at, w[0].key) <= (w[1].at, w[1].key)));
         let total: usize = (0..5).map(|k| mix.key(k).1.count()).sum();
         assert_eq!(merged.len(), total);
     }

@@ -52,3 +52,46 @@ pub enum BackendError {
     #[error("invalid key: {0}")]
     InvalidKey(String),
 }
+
+/// A shared reference to a backend is a backend, so several [`Store`]s
+/// (one per policy) can use one connection pool.
+///
+/// [`Store`]: crate::Store
+impl<B: Backend + ?Sized> Backend for &B {
+    fn check(
+        &self,
+        key: &str,
+        policy: &Policy,
+        cost: u64,
+    ) -> impl Future<Output = Result<Decision, BackendError>> + Send {
+        (**self).check(key, policy, cost)
+    }
+
+    fn reset(
+        &self,
+        key: &str,
+        policy: &Policy,
+    ) -> impl Future<Output = Result<(), BackendError>> + Send {
+        (**self).reset(key, policy)
+    }
+}
+
+/// An `Arc` of a backend is a backend, for stores shared across tasks.
+impl<B: Backend + ?Sized> Backend for std::sync::Arc<B> {
+    fn check(
+        &self,
+        key: &str,
+        policy: &Policy,
+        cost: u64,
+    ) -> impl Future<Output = Result<Decision, BackendError>> + Send {
+        (**self).check(key, policy, cost)
+    }
+
+    fn reset(
+        &self,
+        key: &str,
+        policy: &Policy,
+    ) -> impl Future<Output = Result<(), BackendError>> + Send {
+        (**self).reset(key, policy)
+    }
+}

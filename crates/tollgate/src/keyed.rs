@@ -12,9 +12,12 @@ use crate::rules::Rules;
 use crate::sharded::{Located, ShardedMap};
 use crate::Clock;
 
-/// Buckets the sweep looks at after each new key: enough that a table whose
-/// keys churn is swept through once per quarter of its size in new keys.
-const SWEEP_ON_INSERT: usize = 4;
+/// Buckets the sweep looks at after each new key once a shard is 3/4 full.
+/// Going from 3/4 full to full (when the table would grow) takes a quarter
+/// of its capacity in new keys, which at 6 buckets each is 1.5 capacities,
+/// more than one pass over the whole table: a shard grows only after every
+/// key that was idle when it passed 3/4 full has been dropped.
+const SWEEP_ON_INSERT: usize = 6;
 /// Buckets searched for an idle key to evict when the table is full.
 const EVICT_SCAN: usize = 64;
 
@@ -24,6 +27,9 @@ pub(crate) struct Bounds {
     pub(crate) on_full: OnFull,
     /// The `retry_after` (ns) of a denial for want of room.
     pub(crate) full_retry: u64,
+    /// How long (ns) a key must have been idle before a sweep drops it
+    /// (eviction for room under `max_keys` takes any idle key).
+    pub(crate) idle_grace: u64,
     /// Keys held, over all shards (changed only when a key comes or goes).
     pub(crate) keys: AtomicUsize,
 }
@@ -39,6 +45,15 @@ pub(crate) struct Keyed<K, R: Rules> {
 pub(crate) struct Reserved {
     pub(crate) decision: Decision,
     pub(crate) ready_at: u64,
+}
+
+/// Adds one to `keys` unless it is at `max`: the count never goes past it,
+/// not even for a moment.
+fn count_in(keys: &AtomicUsize, max: usize) -> bool {
+    keys.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+        (n < max).then_some(n + 1)
+    })
+    .is_ok()
 }
 
 impl<K: Hash + Eq, R: Rules> Keyed<K, R> {
@@ -132,22 +147,18 @@ impl<K: Hash + Eq, R: Rules> Keyed<K, R> {
     /// Counts a new key in, evicting idle keys of its shard if the table is
     /// full. False if there is no room.
     fn make_room(&self, located: &mut Located<'_, K, R::State>, now: u64, bounds: &Bounds) -> bool {
-        if bounds.keys.fetch_add(1, Ordering::Relaxed) < bounds.max_keys {
+        if count_in(&bounds.keys, bounds.max_keys) {
             return true;
         }
-        bounds.keys.fetch_sub(1, Ordering::Relaxed);
-        if self.sweep_locked(located, EVICT_SCAN, now, bounds) == 0 {
-            return false;
-        }
-        if bounds.keys.fetch_add(1, Ordering::Relaxed) < bounds.max_keys {
-            return true;
-        }
-        bounds.keys.fetch_sub(1, Ordering::Relaxed);
-        false
+        self.sweep_locked(located, EVICT_SCAN, now, bounds) > 0
+            && count_in(&bounds.keys, bounds.max_keys)
     }
 
-    /// Stores a new key (already counted in) and sweeps a few buckets, so
-    /// the work of forgetting idle keys is spread over the new ones.
+    /// Stores a new key (already counted in) and, once its shard is 3/4
+    /// full, sweeps a few buckets, so the work of forgetting idle keys is
+    /// spread over the new ones. Below 3/4 nothing is swept: a key that is
+    /// idle between requests (a generous quota) is not dropped and created
+    /// again each time while memory is not short.
     fn add(
         &self,
         located: &mut Located<'_, K, R::State>,
@@ -157,19 +168,28 @@ impl<K: Hash + Eq, R: Rules> Keyed<K, R> {
         bounds: &Bounds,
     ) {
         self.map.insert(located, key, state);
-        self.sweep_locked(located, SWEEP_ON_INSERT, now, bounds);
+        let table = &located.shard.table;
+        if table.len() * 4 >= table.capacity() * 3 {
+            let idle_since = now.saturating_sub(bounds.idle_grace);
+            self.sweep_locked(located, SWEEP_ON_INSERT, idle_since, bounds);
+        }
     }
 
+    /// Sweeps `budget` buckets of the located shard, dropping the keys that
+    /// were already idle at `idle_since`. A key is idle from some time on
+    /// until its next charge, and the core judges a time before a key's
+    /// last change as that change's time, so a key idle at `idle_since` has
+    /// been idle since then at least.
     fn sweep_locked(
         &self,
         located: &mut Located<'_, K, R::State>,
         budget: usize,
-        now: u64,
+        idle_since: u64,
         bounds: &Bounds,
     ) -> usize {
         let removed = located
             .shard
-            .sweep(budget, |state| self.rules.is_idle(state, now));
+            .sweep(budget, |state| self.rules.is_idle(state, idle_since));
         bounds.keys.fetch_sub(removed, Ordering::Relaxed);
         removed
     }
@@ -184,8 +204,8 @@ impl<K: Hash + Eq, R: Rules> Keyed<K, R> {
         bounds: &Bounds,
     ) -> (usize, usize) {
         let mut shard = self.map.lock_shard(index);
-        let now = clock.now();
-        let removed = shard.sweep(budget, |state| self.rules.is_idle(state, now));
+        let idle_since = clock.now().saturating_sub(bounds.idle_grace);
+        let removed = shard.sweep(budget, |state| self.rules.is_idle(state, idle_since));
         bounds.keys.fetch_sub(removed, Ordering::Relaxed);
         (removed, shard.buckets())
     }

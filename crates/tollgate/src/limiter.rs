@@ -152,6 +152,7 @@ pub struct LimiterBuilder<C> {
     max_keys: usize,
     on_full: OnFull,
     full_retry: Duration,
+    idle_grace: Duration,
     shards: usize,
 }
 
@@ -164,6 +165,7 @@ impl<C: Clock> LimiterBuilder<C> {
             max_keys: self.max_keys,
             on_full: self.on_full,
             full_retry: self.full_retry,
+            idle_grace: self.idle_grace,
             shards: self.shards,
         }
     }
@@ -184,6 +186,17 @@ impl<C: Clock> LimiterBuilder<C> {
         self
     }
 
+    /// How long a key must have been idle (back to its initial state)
+    /// before a sweep forgets it; default 1 s. A key forgotten and seen
+    /// again costs an insertion instead of an update, so the grace keeps
+    /// keys of generous quotas, idle again a microsecond after each request,
+    /// from being dropped and created over and over. Eviction for room
+    /// under `max_keys` ignores it and takes any idle key.
+    pub fn idle_grace(mut self, grace: Duration) -> Self {
+        self.idle_grace = grace;
+        self
+    }
+
     /// Splits the keys into `shards` independently locked parts (rounded up
     /// to a power of two). Default: four per CPU.
     pub fn shards(mut self, shards: usize) -> Self {
@@ -200,7 +213,8 @@ impl<C: Clock> LimiterBuilder<C> {
             bounds: Bounds {
                 max_keys: self.max_keys,
                 on_full: self.on_full,
-                full_retry: u64::try_from(self.full_retry.as_nanos()).unwrap_or(u64::MAX),
+                full_retry: nanos(self.full_retry),
+                idle_grace: nanos(self.idle_grace),
                 keys: AtomicUsize::new(0),
             },
             sweep_next: AtomicUsize::new(0),
@@ -226,6 +240,7 @@ impl Limiter<()> {
             max_keys: usize::MAX,
             on_full: OnFull::AdmitUntracked,
             full_retry: Duration::from_secs(1),
+            idle_grace: Duration::from_secs(1),
             shards: default_shards(),
         }
     }
@@ -316,7 +331,7 @@ impl<K: Hash + Eq, C: Clock> Limiter<K, C> {
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let max_wait = u64::try_from(max_wait.as_nanos()).unwrap_or(u64::MAX);
+        let max_wait = nanos(max_wait);
         let reserved = with_keyed!(
             &self.table,
             t => t.reserve(key, cost, max_wait, &self.clock, &self.bounds)
@@ -350,7 +365,7 @@ impl<K: Hash + Eq, C: Clock> Limiter<K, C> {
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let deadline = u64::try_from(deadline.as_nanos()).unwrap_or(u64::MAX);
+        let deadline = nanos(deadline);
         let give_up = self.clock.now().saturating_add(deadline);
         loop {
             let decision = self.try_check(key, cost)?;
@@ -368,13 +383,13 @@ impl<K: Hash + Eq, C: Clock> Limiter<K, C> {
     }
 
     /// Sweeps a bounded part of one shard (the next in turn): looks at up
-    /// to `budget` buckets and forgets the keys that are back to their
-    /// initial state. Locks one shard, briefly; never the whole limiter.
-    /// Returns how many keys it removed.
+    /// to `budget` buckets and forgets the keys that have been back to their
+    /// initial state for the idle grace. Locks one shard, briefly; never the
+    /// whole limiter. Returns how many keys it removed.
     ///
-    /// New keys already sweep a few buckets each, which bounds memory while
-    /// keys churn; call this (for example from a timer) to reclaim idle keys
-    /// when no new keys come.
+    /// New keys already sweep a few buckets each once their shard is 3/4
+    /// full, which bounds memory while keys churn; call this (for example
+    /// from a timer) to give memory back when no new keys come.
     pub fn sweep_step(&self, budget: usize) -> usize {
         let shard = self.sweep_next.fetch_add(1, Ordering::Relaxed);
         with_keyed!(&self.table, t => t.sweep_shard(shard, budget, &self.clock, &self.bounds).0)
@@ -421,6 +436,11 @@ impl<K: Hash + Eq, C: Clock> Limiter<K, C> {
     pub fn clock(&self) -> &C {
         &self.clock
     }
+}
+
+/// `duration` in nanoseconds, saturating.
+fn nanos(duration: Duration) -> u64 {
+    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// A request charged ahead by [`Limiter::reserve`]: it may go at

@@ -74,14 +74,7 @@ pub fn quota() -> impl Strategy<Value = Quota> {
 
 /// A valid quota anywhere in the range `Quota` accepts, extremes included.
 pub fn any_quota() -> impl Strategy<Value = Quota> {
-    let edge = |max: u64| {
-        prop_oneof![
-            1u64..=10,
-            Just(max),
-            (max - 10)..=max,
-            1u64..=max,
-        ]
-    };
+    let edge = |max: u64| prop_oneof![1u64..=10, Just(max), (max - 10)..=max, 1u64..=max,];
     (
         edge(Quota::MAX_LIMIT),
         edge(Quota::MAX_SPAN_NS),
@@ -185,13 +178,19 @@ pub struct Shape {
 
 /// Trace shapes whose clock never runs backwards.
 pub fn monotone_shape(max_len: usize) -> impl Strategy<Value = Shape> {
-    (start(), prop::collection::vec((gap_forward(), cost()), 1..=max_len))
+    (
+        start(),
+        prop::collection::vec((gap_forward(), cost()), 1..=max_len),
+    )
         .prop_map(|(start, steps)| Shape { start, steps })
 }
 
 /// Trace shapes with occasional clock regressions.
 pub fn shape(max_len: usize) -> impl Strategy<Value = Shape> {
-    (start(), prop::collection::vec((gap_any(), cost()), 1..=max_len))
+    (
+        start(),
+        prop::collection::vec((gap_any(), cost()), 1..=max_len),
+    )
         .prop_map(|(start, steps)| Shape { start, steps })
 }
 

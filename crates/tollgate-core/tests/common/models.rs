@@ -211,7 +211,10 @@ impl Rule for SlidingLog {
     }
     fn reset_after(&self, now: u64) -> u64 {
         let now = now as u128;
-        self.live(now).map(|(l, _)| to_u64(l - now)).max().unwrap_or(0)
+        self.live(now)
+            .map(|(l, _)| to_u64(l - now))
+            .max()
+            .unwrap_or(0)
     }
 }
 
@@ -272,9 +275,7 @@ impl Rule for SlidingCounter {
     fn remaining(&self, now: u64) -> u64 {
         let limit = self.q.limit() as u128;
         // The largest fitting cost is one below the smallest that does not.
-        let first_misfit = first_true(0, limit + 1, |c| {
-            c > limit || !self.fits(now as u128, c)
-        });
+        let first_misfit = first_true(0, limit + 1, |c| c > limit || !self.fits(now as u128, c));
         to_u64(first_misfit - 1)
     }
     fn reset_after(&self, now: u64) -> u64 {
@@ -373,7 +374,12 @@ impl Rule for Gcra {
     }
     fn remaining(&self, now: u64) -> u64 {
         let t = emission(&self.q);
-        to_u64(self.tolerance().saturating_sub(self.used(now)).div(t).floor())
+        to_u64(
+            self.tolerance()
+                .saturating_sub(self.used(now))
+                .div(t)
+                .floor(),
+        )
     }
     fn reset_after(&self, now: u64) -> u64 {
         to_u64(self.used(now).ceil())

@@ -39,9 +39,9 @@ pub fn run() -> Scenario {
             123,
             worst("sliding_counter"),
             "at 60.1 s the previous window still weighs 100 x 59.9/60 = 99.83, so with the \
-             burst at one instant not one more fits; the seed's 123 depends on how its harness \
-             spread the second burst over time (not published), which lets the weight decay \
-             between requests, and on its rule admitting while the estimate is below the limit",
+             burst at one instant not one more fits (a counter admitting while the estimate is \
+             below 100 would let 1 in: 101); the seed's 123 depends on how its harness spread \
+             the bursts over real time, which it does not publish",
         ),
         Check::equal(
             "token bucket (capacity 100): most admitted in any 60 s",

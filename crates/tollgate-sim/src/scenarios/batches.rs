@@ -15,8 +15,11 @@ pub fn trace() -> Vec<Request> {
     requests(AT.iter().flat_map(|&t| batch(t, 100)))
 }
 
-/// Seed 001's table, `~` marking its rounded entries.
-const PUBLISHED: [(&str, &str, [(u64, bool); 3]); 4] = [
+/// A published entry: the count and whether the seed rounded it (`~n`).
+type Entry = (u64, bool);
+
+/// Seed 001's table: the row's name there, our lane, its three entries.
+const PUBLISHED: [(&str, &str, [Entry; 3]); 4] = [
     (
         "fixed window",
         "fixed_window",

@@ -38,9 +38,7 @@ fn compare(name: String, quota: Quota, trace: &[Request]) -> PatternRow {
         let states = keys
             .entry(r.key)
             .or_insert_with(|| COMPARED.map(|a| State::new(a, &quota)));
-        let [a, b, c] = states
-            .each_mut()
-            .map(|s| s.decide(&quota, r.at, r.cost));
+        let [a, b, c] = states.each_mut().map(|s| s.decide(&quota, r.at, r.cost));
         if a != b || b != c {
             disagreements += 1;
         }
@@ -119,16 +117,32 @@ fn random_patterns(q: Quota, seed: u64) -> Vec<(String, Vec<Request>)> {
 
 /// Every pattern with its quota.
 pub fn patterns() -> Vec<(String, Quota, Vec<Request>)> {
-    let per_minute = |b| Quota::per_minute(100).and_then(|q| q.with_burst(b)).expect("valid");
+    let per_minute = |b| {
+        Quota::per_minute(100)
+            .and_then(|q| q.with_burst(b))
+            .expect("valid")
+    };
     let per_second = Quota::per_second(10)
         .and_then(|q| q.with_burst(20))
         .expect("valid");
     let mut out = vec![
-        ("boundary-burst".into(), per_minute(20), boundary_burst::trace()),
-        ("boundary-burst".into(), per_minute(100), boundary_burst::trace()),
+        (
+            "boundary-burst".into(),
+            per_minute(20),
+            boundary_burst::trace(),
+        ),
+        (
+            "boundary-burst".into(),
+            per_minute(100),
+            boundary_burst::trace(),
+        ),
         ("batches".into(), per_minute(100), batches::trace()),
         ("adversarial".into(), per_minute(100), adversarial::trace()),
-        ("poisson (pattern A)".into(), per_second, seed004::poisson_trace()),
+        (
+            "poisson (pattern A)".into(),
+            per_second,
+            seed004::poisson_trace(),
+        ),
         (
             "burst-after-idle (pattern B)".into(),
             per_second,

@@ -169,11 +169,19 @@ pub(crate) fn lanes(windows: Quota, bursts: &[u64], queue_burst: u64) -> Vec<Lan
     .map(|a| Lane::new(a, windows, false))
     .collect();
     for &b in bursts {
-        for a in [Algorithm::TokenBucket, Algorithm::Gcra, Algorithm::LeakyBucket] {
+        for a in [
+            Algorithm::TokenBucket,
+            Algorithm::Gcra,
+            Algorithm::LeakyBucket,
+        ] {
             out.push(Lane::new(a, with_burst(b), show));
         }
     }
-    out.push(Lane::new(Algorithm::LeakyQueue, with_burst(queue_burst), true));
+    out.push(Lane::new(
+        Algorithm::LeakyQueue,
+        with_burst(queue_burst),
+        true,
+    ));
     out
 }
 

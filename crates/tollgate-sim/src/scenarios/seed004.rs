@@ -15,7 +15,8 @@ use crate::traffic::{every, spread, Poisson, Request, MS, NS_PER_S};
 /// Why our sliding counter may admit less than the seed's.
 const COUNTER_RULE: &str = "the seed's counter admits while its estimate is below the limit \
     (estimate < 10), ours while the estimate including this request fits (estimate + 1 <= 10), \
-    as SPEC.md defines it; an estimate between 9 and 10 is admitted there and refused here";
+    as SPEC.md defines it; an estimate between 9 and 10 is admitted there and refused here. \
+    Replaying this trace with the seed's rule gives exactly the seed's number";
 
 /// Pattern A: `random.Random(42).expovariate(6.0)` gaps for 30 s.
 pub fn poisson_trace() -> Vec<Request> {
@@ -115,7 +116,12 @@ pub fn poisson() -> Scenario {
                     admitted("sliding_counter"),
                     COUNTER_RULE,
                 ),
-                Check::equal("token bucket: admitted", 184, admitted("token_bucket (burst 20)"), ""),
+                Check::equal(
+                    "token bucket: admitted",
+                    184,
+                    admitted("token_bucket (burst 20)"),
+                    "",
+                ),
                 Check::equal(
                     "leaky bucket: admitted",
                     184,
@@ -159,7 +165,12 @@ pub fn burst_after_idle() -> Scenario {
                     admitted("sliding_counter"),
                     "",
                 ),
-                Check::equal("token bucket: admitted", 20, admitted("token_bucket (burst 20)"), ""),
+                Check::equal(
+                    "token bucket: admitted",
+                    20,
+                    admitted("token_bucket (burst 20)"),
+                    "",
+                ),
                 Check::equal(
                     "leaky bucket: admitted",
                     21,
@@ -235,9 +246,10 @@ pub fn boundary_attack() -> Scenario {
                     attack("token_bucket (burst 20)"),
                     &format!(
                         "our bucket starts full, and steady traffic at exactly the refill rate \
-                         keeps it full, so at 3.90 s it holds 20 tokens; the seed assumed no \
-                         banked tokens without saying how many it held. Its 12 is what a bucket \
-                         holding 10 tokens at 3.90 s gives: our burst-10 row admits {burst10}"
+                         keeps it full, so at 3.90 s it holds 20 tokens and all 20 pass; the \
+                         seed assumed its bucket had banked nothing but does not say how many \
+                         tokens it held (12 of 20 means about 11). With 10 tokens banked \
+                         (our burst-10 row) {burst10} of the 20 pass"
                     ),
                 ),
                 Check::equal(

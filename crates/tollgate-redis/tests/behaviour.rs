@@ -1,0 +1,258 @@
+//! What the store does besides deciding: keys and TTLs, the sliding log's
+//! per-request members, layered limits, validation, reloads after a lost
+//! library or a restart, and typed failures within the deadline.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use tollgate::{Algorithm, Backend, BackendError, Limit, Policy, Quota, RetryAfter};
+use tollgate_redis::RedisBackend;
+
+const MINUTE: u64 = 60_000_000_000;
+const T0_US: u64 = 1_700_000_000_000_000;
+
+fn policy(algorithm: Algorithm, limit: u64, period: u64) -> Policy {
+    Policy::new(Limit::new(algorithm, Quota::new(limit, period).unwrap()))
+}
+
+#[tokio::test]
+async fn two_requests_in_the_same_microsecond_both_count_in_the_log() {
+    let Some(server) = common::server() else {
+        return;
+    };
+    let redis = common::backend(&server.url()).await;
+    let log = policy(Algorithm::SlidingLog, 3, MINUTE);
+    for expected_remaining in [2, 1] {
+        let d = redis.check_at("k", &log, 1, T0_US).await.unwrap();
+        assert!(d.allowed);
+        assert_eq!(d.remaining, expected_remaining);
+    }
+    let d = redis.check_at("k", &log, 2, T0_US).await.unwrap();
+    assert!(!d.allowed, "2 + 2 > 3 in the same microsecond");
+    let keys = redis.redis_keys("k", &log).unwrap();
+    assert_eq!(server.cli(&["zcard", &keys[0]]).unwrap().trim(), "2");
+    // Both leave together one period later.
+    let d = redis
+        .check_at("k", &log, 3, T0_US + MINUTE / 1000)
+        .await
+        .unwrap();
+    assert!(d.allowed);
+}
+
+#[tokio::test]
+async fn every_charged_key_gets_its_reset_after_as_ttl() {
+    let Some(server) = common::server() else {
+        return;
+    };
+    let redis = common::backend(&server.url()).await;
+    for algorithm in Algorithm::ALL {
+        let policy = policy(algorithm, 10, MINUTE);
+        let d = redis.check("ttl", &policy, 3).await.unwrap();
+        assert!(d.allowed && d.reset_after > 0, "{algorithm}");
+        let reset_ms = d.reset_after.div_ceil(1_000_000);
+        for key in redis.redis_keys("ttl", &policy).unwrap() {
+            let ttl: u64 = server.cli(&["pttl", &key]).unwrap().trim().parse().unwrap();
+            assert!(
+                ttl > 0 && ttl <= reset_ms,
+                "{algorithm} {key}: {ttl} ms vs {reset_ms}"
+            );
+        }
+        // A denial or a peek changes nothing, TTL included.
+        redis.check("ttl", &policy, 0).await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn layered_limits_charge_all_or_none() {
+    let Some(server) = common::server() else {
+        return;
+    };
+    let redis = common::backend(&server.url()).await;
+    let window = Limit::new(Algorithm::FixedWindow, Quota::new(2, MINUTE).unwrap());
+    let bucket = Limit::new(Algorithm::TokenBucket, Quota::new(5, MINUTE).unwrap());
+    let both = Policy::with_limits(vec![window, bucket]).unwrap();
+    for _ in 0..2 {
+        assert!(redis.check_at("u", &both, 1, T0_US).await.unwrap().allowed);
+    }
+    let denied = redis.check_at("u", &both, 1, T0_US).await.unwrap();
+    assert!(!denied.allowed);
+    assert_eq!(
+        (denied.limit, denied.remaining),
+        (2, 0),
+        "the tighter limit reports"
+    );
+    // The bucket alone still has 3 tokens: the denial charged nothing.
+    let alone = redis
+        .check_at("u", &Policy::new(bucket), 0, T0_US)
+        .await
+        .unwrap();
+    assert_eq!(alone.remaining, 3);
+}
+
+#[tokio::test]
+async fn bad_policies_and_keys_are_refused_before_reaching_redis() {
+    let Some(server) = common::server() else {
+        return;
+    };
+    let redis = common::backend(&server.url()).await;
+    // A prime period near a day in ns puts window positions above 2^53.
+    let odd = policy(Algorithm::FixedWindow, 10, 86_399_999_999_971);
+    assert!(matches!(
+        RedisBackend::validate(&odd),
+        Err(BackendError::UnsupportedPolicy(_))
+    ));
+    assert!(matches!(
+        redis.check("k", &odd, 1).await,
+        Err(BackendError::UnsupportedPolicy(_))
+    ));
+    let fine = policy(Algorithm::Gcra, 10, MINUTE);
+    assert!(RedisBackend::validate(&fine).is_ok());
+    assert!(matches!(
+        redis.check("", &fine, 1).await,
+        Err(BackendError::InvalidKey(_))
+    ));
+    let huge = "k".repeat(10_000);
+    assert!(
+        redis
+            .check_at(&huge, &fine, 1, T0_US)
+            .await
+            .unwrap()
+            .allowed
+    );
+    assert_eq!(
+        redis
+            .check_at(&huge, &fine, 10, T0_US)
+            .await
+            .unwrap()
+            .retry_after,
+        RetryAfter::After(6_000_000_000),
+        "the hashed key kept its state: one more token after 6 s"
+    );
+}
+
+#[tokio::test]
+async fn reset_forgets_the_key() {
+    let Some(server) = common::server() else {
+        return;
+    };
+    let redis = common::backend(&server.url()).await;
+    let p = policy(Algorithm::SlidingLog, 1, MINUTE);
+    assert!(redis.check("r", &p, 1).await.unwrap().allowed);
+    assert!(!redis.check("r", &p, 1).await.unwrap().allowed);
+    redis.reset("r", &p).await.unwrap();
+    assert!(redis.check("r", &p, 1).await.unwrap().allowed);
+}
+
+#[tokio::test]
+async fn a_lost_library_is_reloaded_without_an_error() {
+    let Some(server) = common::server() else {
+        return;
+    };
+    for mode in [
+        tollgate_redis::ScriptMode::Functions,
+        tollgate_redis::ScriptMode::Eval,
+    ] {
+        let redis = common::config(&server.url())
+            .mode(mode)
+            .connect()
+            .await
+            .unwrap();
+        let p = policy(Algorithm::Gcra, 5, MINUTE);
+        assert!(redis.check("f", &p, 1).await.unwrap().allowed);
+        server.cli(&["function", "flush"]).unwrap();
+        server.cli(&["script", "flush"]).unwrap();
+        let d = redis.check("f", &p, 1).await.unwrap();
+        assert_eq!(d.remaining, 3, "{mode:?}: state kept, library reloaded");
+    }
+}
+
+#[tokio::test]
+async fn a_restarted_server_is_reconnected_and_reloaded() {
+    let Some(mut server) = common::server() else {
+        return;
+    };
+    let redis = common::backend(&server.url()).await;
+    let p = policy(Algorithm::FixedWindow, 100, MINUTE);
+    for _ in 0..10 {
+        assert!(redis.check("r", &p, 1).await.unwrap().allowed);
+    }
+    server.restart().unwrap();
+    // The first calls may see the dropped connection; none may hang.
+    let start = Instant::now();
+    let decision = loop {
+        match redis.check("r", &p, 1).await {
+            Ok(d) => break d,
+            Err(BackendError::Unavailable(_) | BackendError::Timeout(_)) => {
+                assert!(start.elapsed() < Duration::from_secs(10), "no recovery");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(e) => panic!("unexpected error after restart: {e}"),
+        }
+    };
+    assert!(decision.allowed);
+    assert_eq!(decision.remaining, 99, "a fresh server starts from scratch");
+}
+
+#[tokio::test]
+async fn a_paused_server_times_out_within_the_deadline() {
+    let Some(server) = common::server() else {
+        return;
+    };
+    let deadline = Duration::from_millis(50);
+    let redis = common::config(&server.url())
+        .timeout(deadline)
+        .connect()
+        .await
+        .unwrap();
+    let p = policy(Algorithm::Gcra, 5, MINUTE);
+    assert!(redis.check("t", &p, 1).await.is_ok());
+    let port = server.port().to_string();
+    let sleeper = std::thread::spawn(move || {
+        std::process::Command::new("redis-cli")
+            .args(["-p", &port, "debug", "sleep", "1.5"])
+            .output()
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let start = Instant::now();
+    let result = redis.check("t", &p, 1).await;
+    let elapsed = start.elapsed();
+    assert!(
+        matches!(result, Err(BackendError::Timeout(d)) if d == deadline),
+        "{result:?}"
+    );
+    // Generous for a busy machine, far below the 1.5 s pause.
+    assert!(elapsed < Duration::from_millis(500), "took {elapsed:?}");
+    sleeper.join().unwrap().unwrap();
+    assert!(
+        redis.check("t", &p, 1).await.is_ok(),
+        "usable again after the pause"
+    );
+}
+
+#[tokio::test]
+async fn a_dead_server_fails_fast_with_a_typed_error() {
+    let Some(server) = common::server() else {
+        return;
+    };
+    let redis = common::backend(&server.url()).await;
+    let url = server.url();
+    drop(server);
+    let p = policy(Algorithm::Gcra, 5, MINUTE);
+    for _ in 0..3 {
+        let start = Instant::now();
+        let result = redis.check("d", &p, 1).await;
+        assert!(
+            matches!(
+                result,
+                Err(BackendError::Unavailable(_) | BackendError::Timeout(_))
+            ),
+            "{result:?}"
+        );
+        assert!(start.elapsed() < Duration::from_secs(6));
+    }
+    assert!(matches!(
+        RedisBackend::connect(&url).await,
+        Err(BackendError::Unavailable(_) | BackendError::Timeout(_))
+    ));
+}

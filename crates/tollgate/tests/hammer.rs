@@ -1,0 +1,77 @@
+//! Many threads on one key never get more than the quota, and several
+//! limits on one key are charged together or not at all.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use tollgate::{Algorithm, FakeClock, Limit, Limiter, Policy, Quota};
+
+/// Runs `threads` threads of `checks` checks each on one key; returns the
+/// total cost admitted.
+fn hammer(
+    limiter: &Limiter<String, FakeClock>,
+    threads: u64,
+    checks: u64,
+    cost: impl Fn(u64, u64) -> u64 + Sync,
+) -> u64 {
+    let admitted = AtomicU64::new(0);
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let (admitted, cost) = (&admitted, &cost);
+            s.spawn(move || {
+                for i in 0..checks {
+                    let c = cost(t, i);
+                    if limiter.check("hot", c).allowed {
+                        admitted.fetch_add(c, Ordering::Relaxed);
+                    }
+                }
+            });
+        }
+    });
+    admitted.into_inner()
+}
+
+#[test]
+fn eight_threads_on_one_key_admit_exactly_the_capacity() {
+    let quota = Quota::per_minute(100).unwrap();
+    for algorithm in Algorithm::ALL {
+        let clock = FakeClock::at(1_234_567_890);
+        let limiter = Limiter::builder(Limit::new(algorithm, quota))
+            .clock(clock)
+            .build();
+        let admitted = hammer(&limiter, 8, 10_000, |_, _| 1);
+        // 100 for every algorithm but the queue, which serves one at once
+        // and queues `burst` (100) more: SPEC's `burst + 1`.
+        let expected = if algorithm == Algorithm::LeakyQueue {
+            101
+        } else {
+            100
+        };
+        assert_eq!(admitted, expected, "{algorithm}");
+        assert_eq!(admitted, quota.capacity(algorithm), "{algorithm}");
+    }
+}
+
+#[test]
+fn several_limits_are_charged_together_or_not_at_all() {
+    // Two limits of equal capacity: if every admitted request was charged on
+    // both and no denied one on either, the key has exactly 60 - admitted
+    // left on each, so the most restrictive remaining is exactly that, and
+    // draining it admits exactly that much more.
+    let per_minute = |alg| Limit::new(alg, Quota::per_minute(60).unwrap());
+    for (a, b) in [
+        (Algorithm::TokenBucket, Algorithm::FixedWindow),
+        (Algorithm::SlidingLog, Algorithm::Gcra),
+        (Algorithm::SlidingCounter, Algorithm::LeakyBucket),
+    ] {
+        let policy = Policy::with_limits(vec![per_minute(a), per_minute(b)]).unwrap();
+        let limiter = Limiter::builder(policy).clock(FakeClock::at(7)).build();
+        let admitted = hammer(&limiter, 4, 2_000, |t, i| 1 + (t * 7 + i * 13) % 5);
+        assert!(admitted <= 60, "{a}+{b}: {admitted}");
+        assert_eq!(limiter.peek("hot").remaining, 60 - admitted, "{a}+{b}");
+        let mut more = 0;
+        while limiter.check("hot", 1).allowed {
+            more += 1;
+        }
+        assert_eq!(admitted + more, 60, "{a}+{b}");
+    }
+}
