@@ -79,3 +79,49 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    fn parse(argv: &[&str]) -> Result<Args, clap::Error> {
+        Cli::try_parse_from(std::iter::once("simulate").chain(argv.iter().copied())).map(|c| c.args)
+    }
+
+    #[test]
+    fn defaults_run_everything_at_the_published_size() {
+        let args = parse(&[]).unwrap();
+        assert!(args.scenarios.is_empty());
+        assert_eq!(args.out, PathBuf::from("tollgate-report"));
+        assert_eq!(args.accuracy_keys, 10_000);
+        assert_eq!(args.accuracy_runs, 5);
+    }
+
+    #[test]
+    fn bad_input_is_refused_with_the_choices() {
+        let err = parse(&["boundary-bust"]).unwrap_err().to_string();
+        assert!(err.contains("boundary-burst"), "{err}");
+        assert!(parse(&["--accuracy-keys", "0"]).is_err());
+        assert!(parse(&["--accuracy-runs", "x"]).is_err());
+    }
+
+    #[test]
+    fn writes_the_report_where_asked() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("nested/report");
+        let args = parse(&["batches", "batches", "--out", out.to_str().unwrap()]).unwrap();
+        run(args).unwrap();
+        let json = std::fs::read_to_string(out.join("report.json")).unwrap();
+        // Named twice, run once.
+        assert_eq!(json.matches("\"name\": \"batches\"").count(), 1);
+        assert!(out.join("report.md").exists());
+    }
+}

@@ -20,9 +20,17 @@ fn tollgate(args: &[&str], stdin: &str) -> Output {
         .stderr(Stdio::piped())
         .spawn()
         .expect("the tollgate binary runs");
-    // A run that fails before reading may close stdin early; that is fine.
-    let _ = child.stdin.take().unwrap().write_all(stdin.as_bytes());
-    child.wait_with_output().unwrap()
+    // Fed from another thread: the child writes while it reads, and a full
+    // stdout pipe would otherwise deadlock against a full stdin pipe.
+    let mut pipe = child.stdin.take().unwrap();
+    let stdin = stdin.to_owned();
+    let feeder = std::thread::spawn(move || {
+        // A run that fails before reading all of it closes stdin early.
+        let _ = pipe.write_all(stdin.as_bytes());
+    });
+    let out = child.wait_with_output().unwrap();
+    feeder.join().unwrap();
+    out
 }
 
 /// Replays `trace` and returns the output, failing the test on any error.
@@ -364,7 +372,7 @@ fn bad_flags_are_refused_before_reading() {
         ("60", "`60` has no unit"),
         ("5sec", "`5sec` has an unknown unit"),
         ("1.5s", "`1.5s` has an unknown unit"),
-        ("-1s", "`-1s` does not start with a number"),
+        ("ms", "`ms` does not start with a number"),
         ("99999999999d", "`99999999999d` is too long"),
     ] {
         assert_fails(&quota("1", period, "1"), input, 2, message);

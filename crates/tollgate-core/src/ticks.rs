@@ -62,29 +62,43 @@ impl Divisor {
         self.d
     }
 
-    /// `floor(n / d)`.
+    /// `floor(n / d)` for a 64-bit `n`: two multiplications.
     #[inline]
-    pub(crate) fn div(self, n: u128) -> u128 {
-        if n >> 64 != 0 {
-            return n / self.d as u128;
-        }
-        let n = n as u64 as u128;
+    pub(crate) fn div_u64(self, n: u64) -> u64 {
+        let n = n as u128;
         // (m * n) >> 64, without the 192-bit product: it stays below 2^127.
         let high = self.m_hi as u128 * n + ((self.m_lo as u128 * n) >> 64);
-        high >> 63
+        (high >> 63) as u64
     }
-}
 
-#[inline]
-fn saturate(v: u128) -> u64 {
-    u64::try_from(v).unwrap_or(u64::MAX)
+    /// `floor(n / d)`, saturated to `u64::MAX`.
+    #[inline]
+    pub(crate) fn div_saturating(self, n: u128) -> u64 {
+        match u64::try_from(n) {
+            Ok(n) => self.div_u64(n),
+            Err(_) => u64::try_from(n / self.d as u128).unwrap_or(u64::MAX),
+        }
+    }
 }
 
 impl Quota {
     /// Whole cost units in `ticks` of capacity (rounded down).
     #[inline]
     pub(crate) fn units_floor(&self, ticks: u128) -> u64 {
-        saturate(self.period_divisor().div(ticks))
+        self.period_divisor().div_saturating(ticks)
+    }
+
+    /// The index of the aligned window holding `t`.
+    #[inline]
+    pub(crate) fn window(&self, t: u64) -> u64 {
+        self.period_divisor().div_u64(t)
+    }
+
+    /// Nanoseconds from `t` to the end of its aligned window (`1..=period`).
+    #[inline]
+    pub(crate) fn until_window_end(&self, t: u64) -> u64 {
+        let period = self.period_ns();
+        period - (t - self.window(t) * period)
     }
 
     /// `ticks` as nanoseconds, rounded up so no wait is ever reported short.
@@ -93,7 +107,9 @@ impl Quota {
         if ticks == 0 {
             return 0;
         }
-        saturate(self.limit_divisor().div(ticks - 1) + 1)
+        self.limit_divisor()
+            .div_saturating(ticks - 1)
+            .saturating_add(1)
     }
 }
 
@@ -109,7 +125,8 @@ mod tests {
     }
 
     fn check_divisor(d: u64, n: u128) {
-        assert_eq!(Divisor::new(d).div(n), n / d as u128, "{n} / {d}");
+        let want = u64::try_from(n / d as u128).unwrap_or(u64::MAX);
+        assert_eq!(Divisor::new(d).div_saturating(n), want, "{n} / {d}");
     }
 
     #[test]

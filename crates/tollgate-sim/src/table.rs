@@ -29,15 +29,17 @@ impl Table {
         self.rows.is_empty()
     }
 
-    /// A column is numeric when every non-blank cell starts like a number.
+    /// A column is numeric when it has a value and every non-blank cell
+    /// starts like a number.
     fn numeric(&self, col: usize) -> bool {
-        self.rows.iter().all(|r| {
-            r[col].is_empty()
-                || r[col]
-                    .chars()
-                    .next()
-                    .is_some_and(|c| c.is_ascii_digit() || c == '+' || c == '-')
-        })
+        self.rows.iter().any(|r| !r[col].is_empty())
+            && self.rows.iter().all(|r| {
+                r[col].is_empty()
+                    || r[col]
+                        .chars()
+                        .next()
+                        .is_some_and(|c| c.is_ascii_digit() || c == '+' || c == '-')
+            })
     }
 
     /// Space-aligned columns, two spaces apart, header underlined.

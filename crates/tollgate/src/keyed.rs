@@ -16,7 +16,8 @@ use crate::Clock;
 /// Going from 3/4 full to full (when the table would grow) takes a quarter
 /// of its capacity in new keys, which at 6 buckets each is 1.5 capacities,
 /// more than one pass over the whole table: a shard grows only after every
-/// key that was idle when it passed 3/4 full has been dropped.
+/// key that had been idle for the idle grace when it passed 3/4 full has
+/// been dropped.
 const SWEEP_ON_INSERT: usize = 6;
 /// Buckets searched for an idle key to evict when the table is full.
 const EVICT_SCAN: usize = 64;
@@ -66,7 +67,7 @@ impl<K: Hash + Eq, R: Rules> Keyed<K, R> {
 
     /// Decides `cost` for `key` now. A new key is stored only if it was
     /// charged; a key beyond `max_keys` is handled by `bounds.on_full`.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn check<Q, C>(
         &self,
         key: &Q,
@@ -111,7 +112,7 @@ impl<K: Hash + Eq, R: Rules> Keyed<K, R> {
     /// Like the core's `decide`, except while a reservation holds the key
     /// (its clock is ahead of now): nothing may go before the reservation,
     /// so a charge is refused until then.
-    #[inline]
+    #[inline(always)]
     fn decide_held(&self, state: &mut R::State, now: u64, cost: u64) -> Decision {
         let held = self.rules.last_update(state);
         if held <= now || cost == 0 {

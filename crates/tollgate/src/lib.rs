@@ -14,6 +14,7 @@
 mod backend;
 mod clock;
 mod concurrency;
+mod huge;
 mod keyed;
 mod limiter;
 mod memory;

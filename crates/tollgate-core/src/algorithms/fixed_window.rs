@@ -16,16 +16,16 @@ impl Step for FixedWindow {
         FixedWindow::default()
     }
 
+    #[inline]
     fn step(&self, quota: &Quota, now: u64, cost: u64) -> (Decision, Self) {
         let now = now.max(self.last);
-        let period = quota.period_ns();
         let limit = quota.limit();
-        let count = if now / period == self.last / period {
+        let count = if quota.window(now) == quota.window(self.last) {
             self.count
         } else {
             0
         };
-        let to_end = period - now % period;
+        let to_end = quota.until_window_end(now);
         let report = |allowed, count: u64, retry_after| Decision {
             allowed,
             limit,
@@ -50,9 +50,8 @@ impl Step for FixedWindow {
 
     fn refunded(&self, quota: &Quota, now: u64, cost: u64) -> Self {
         let now = now.max(self.last);
-        let period = quota.period_ns();
         // Charges of an earlier window have already expired.
-        let count = if now / period == self.last / period {
+        let count = if quota.window(now) == quota.window(self.last) {
             self.count.saturating_sub(cost)
         } else {
             0

@@ -17,7 +17,7 @@ impl Step for LeakyBucket {
         LeakyBucket::default()
     }
 
-    #[inline]
+    #[inline(always)]
     fn step(&self, quota: &Quota, now: u64, cost: u64) -> (Decision, Self) {
         let now = now.max(self.last);
         let leaked = quota.ticks(now - self.last);

@@ -19,13 +19,14 @@ impl Step for SlidingCounter {
         SlidingCounter::default()
     }
 
+    #[inline]
     fn step(&self, quota: &Quota, now: u64, cost: u64) -> (Decision, Self) {
         let now = now.max(self.last);
         let period = quota.period_ns();
         let limit = quota.limit();
         let (prev, curr) = self.rolled(quota, now);
         // The previous window's weight, in ns still inside the trailing period.
-        let weight = period - now % period;
+        let weight = quota.until_window_end(now);
         let room = quota
             .cost_ticks(limit)
             .saturating_sub(prev as u128 * weight as u128);
@@ -79,8 +80,7 @@ impl Step for SlidingCounter {
 impl SlidingCounter {
     /// The (previous, current) counts as seen from `now`'s window (`now >= last`).
     fn rolled(&self, quota: &Quota, now: u64) -> (u64, u64) {
-        let period = quota.period_ns();
-        match now / period - self.last / period {
+        match quota.window(now) - quota.window(self.last) {
             0 => (self.prev, self.curr),
             1 => (self.curr, 0),
             _ => (0, 0),
@@ -109,4 +109,70 @@ fn retry_after(quota: &Quota, prev: u64, curr: u64, cost: u64, weight: u64) -> u
         }
     }
     weight + period - largest_weight(curr, limit - cost, period)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::AlgorithmState;
+
+    /// 10 per 10 ns, so weights and counts are easy to follow by hand.
+    fn quota() -> Quota {
+        Quota::new(10, 10).unwrap()
+    }
+
+    fn charged(requests: &[(u64, u64)]) -> SlidingCounter {
+        let mut state = SlidingCounter::new(&quota());
+        for &(t, cost) in requests {
+            assert!(state.decide(&quota(), t, cost).allowed);
+        }
+        state
+    }
+
+    #[test]
+    fn retry_within_the_window_as_the_previous_one_fades() {
+        // prev = 10 at t = 10 (weight 10): 10*10 + 1*10 > 100. At t = 11 the
+        // weight is 9: 90 + 10 = 100 fits.
+        let state = charged(&[(5, 10)]);
+        let d = state.preview(&quota(), 10, 1);
+        assert_eq!(d.retry_after, RetryAfter::After(1));
+        assert_eq!(d.remaining, 0);
+    }
+
+    #[test]
+    fn retry_in_the_next_window_when_this_one_is_full() {
+        // curr = 10 in window [10, 20): nothing fits before t = 20, where it
+        // becomes prev with weight 10; at t = 21 (weight 9) 90 + 10 = 100 fits.
+        let state = charged(&[(10, 10)]);
+        assert_eq!(
+            state.preview(&quota(), 15, 1).retry_after,
+            RetryAfter::After(6)
+        );
+        // A full-limit request must wait until no previous count weighs: t = 30.
+        assert_eq!(
+            state.preview(&quota(), 15, 10).retry_after,
+            RetryAfter::After(15)
+        );
+    }
+
+    #[test]
+    fn retry_at_the_window_end_when_the_previous_count_never_fades_enough() {
+        // prev = 10 at t = 10: a cost of 10 needs prev's weight at 0, which
+        // only the next window (where prev becomes this window's 0) gives.
+        let state = charged(&[(5, 10)]);
+        assert_eq!(
+            state.preview(&quota(), 10, 10).retry_after,
+            RetryAfter::After(10)
+        );
+    }
+
+    #[test]
+    fn reset_after_counts_both_windows() {
+        let state = charged(&[(5, 3), (12, 2)]);
+        // curr = 2 at t = 12 fades out at the end of the next window, t = 30.
+        assert_eq!(state.preview(&quota(), 12, 0).reset_after, 18);
+        // Only prev left at t = 25 (curr = 2 from window 1): gone at t = 30.
+        assert_eq!(state.preview(&quota(), 25, 0).reset_after, 5);
+        assert_eq!(state.preview(&quota(), 30, 0).reset_after, 0);
+    }
 }

@@ -20,7 +20,7 @@ impl Step for TokenBucket {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn step(&self, quota: &Quota, now: u64, cost: u64) -> (Decision, Self) {
         let now = now.max(self.last);
         let capacity = quota.burst_ticks();

@@ -97,8 +97,9 @@ pub fn run() -> Scenario {
         "GCRA and the leaky meter make exactly the token bucket's decisions (see \
          `equivalence`), so their rows match it at the same burst."
             .to_string(),
-        "The bucket family promises burst + limit in any period: 20 + 100 and 100 + 100 \
-         (the one request short of each comes from the 0.6 s refill interval)."
+        "The bucket family promises at most burst + limit in any period: 20 + 100 and \
+         100 + 100. Each falls one short because the 100th refill after the burst lands \
+         exactly 60 s after it, at the excluded end of the half-open span."
             .to_string(),
         "The sliding log keeps every admitted time: up to 100 entries here, hence its state size."
             .to_string(),
