@@ -92,15 +92,6 @@ impl Drop for AtomicFile {
 mod tests {
     use super::*;
 
-    /// A fresh empty directory under the system temp dir for one test.
-    fn scratch(name: &str) -> PathBuf {
-        let dir =
-            std::env::temp_dir().join(format!("tollgate-atomic-{name}-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).unwrap();
-        dir
-    }
-
     fn entries(dir: &Path) -> Vec<OsString> {
         let mut names: Vec<_> = fs::read_dir(dir)
             .unwrap()
@@ -112,40 +103,37 @@ mod tests {
 
     #[test]
     fn commit_replaces_the_target() {
-        let dir = scratch("commit");
-        let target = dir.join("out.csv");
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("out.csv");
         fs::write(&target, "old").unwrap();
         let mut file = AtomicFile::create(&target).unwrap();
         file.write_all(b"new").unwrap();
         assert_eq!(fs::read_to_string(&target).unwrap(), "old");
         file.commit().unwrap();
         assert_eq!(fs::read_to_string(&target).unwrap(), "new");
-        assert_eq!(entries(&dir), ["out.csv"]);
-        fs::remove_dir_all(dir).unwrap();
+        assert_eq!(entries(dir.path()), ["out.csv"]);
     }
 
     #[test]
     fn dropping_leaves_nothing_behind() {
-        let dir = scratch("drop");
-        let target = dir.join("out.csv");
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("out.csv");
         let mut file = AtomicFile::create(&target).unwrap();
         file.write_all(b"partial").unwrap();
         drop(file);
-        assert!(entries(&dir).is_empty());
-        fs::remove_dir_all(dir).unwrap();
+        assert!(entries(dir.path()).is_empty());
     }
 
     #[test]
     fn a_taken_temporary_name_is_skipped() {
-        let dir = scratch("taken");
-        let target = dir.join("out.csv");
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("out.csv");
         let first = AtomicFile::create(&target).unwrap();
         let second = AtomicFile::create(&target).unwrap();
         assert_ne!(first.temp, second.temp);
         second.commit().unwrap();
         drop(first);
-        assert_eq!(entries(&dir), ["out.csv"]);
-        fs::remove_dir_all(dir).unwrap();
+        assert_eq!(entries(dir.path()), ["out.csv"]);
     }
 
     #[test]

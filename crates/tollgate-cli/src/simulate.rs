@@ -1,7 +1,7 @@
 //! `tollgate simulate`: reruns the published rate-limiting experiments on
 //! the exact core and writes a report with charts.
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 
 use anyhow::Context;
@@ -70,14 +70,21 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let bar = Bar(bar);
     let (report, charts) = tollgate_sim::simulate(&names, &options, &bar);
     bar.0.finish_and_clear();
-    print!("{}", report.to_text());
     tollgate_sim::write(&args.out, &report, &charts)?;
-    println!(
-        "Wrote {dir}/report.md, {dir}/report.json and {} charts (SVG and PNG).",
+    let summary = format!(
+        "{}Wrote {dir}/report.md, {dir}/report.json and {} charts (SVG and PNG).\n",
+        report.to_text(),
         charts.len(),
         dir = args.out.display()
     );
-    Ok(())
+    // A reader that stops early (`| head`) is not an error: the report is
+    // already on disk.
+    match std::io::stdout().lock().write_all(summary.as_bytes()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(e).context("cannot print the summary")
+        }
+        _ => Ok(()),
+    }
 }
 
 #[cfg(test)]

@@ -154,7 +154,9 @@ pub fn replay<R: BufRead, W: Write>(
     input: R,
     output: W,
 ) -> Result<Summary, ReplayError> {
-    let mut keys: HashMap<Box<[u8]>, State> = HashMap::new();
+    // foldhash rather than SipHash, which cost up to a third of the replay's
+    // throughput (docs/PERFORMANCE.md); it is still seeded per process.
+    let mut keys: HashMap<Box<[u8]>, State, foldhash::fast::RandomState> = HashMap::default();
     let mut summary = replay_with(input, output, |key, t_ns, cost| {
         let state = match keys.get_mut(key) {
             Some(state) => state,
@@ -226,10 +228,10 @@ fn read_line<R: BufRead>(
     number: u64,
 ) -> Result<bool, ReplayError> {
     buf.clear();
-    // One byte over the limit (plus the line ending) tells "too long" apart
-    // from "exactly at the limit".
-    let cap = (MAX_LINE_BYTES + 3) as u64;
-    let n = Read::take(&mut *input, cap)
+    // Reading a little past the limit (room for one more byte and a `\r\n`)
+    // tells a line that is too long from one exactly at the limit, without
+    // ever buffering more than that.
+    let n = Read::take(&mut *input, (MAX_LINE_BYTES + 3) as u64)
         .read_until(b'\n', buf)
         .map_err(ReplayError::Read)?;
     if n == 0 {
@@ -240,11 +242,6 @@ fn read_line<R: BufRead>(
         if buf.last() == Some(&b'\r') {
             buf.pop();
         }
-    } else if n as u64 == cap {
-        return Err(ReplayError::Line {
-            line: number,
-            problem: LineProblem::TooLong,
-        });
     }
     if buf.len() > MAX_LINE_BYTES {
         return Err(ReplayError::Line {

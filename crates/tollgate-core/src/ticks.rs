@@ -85,6 +85,10 @@ impl Quota {
     /// Whole cost units in `ticks` of capacity (rounded down).
     #[inline]
     pub(crate) fn units_floor(&self, ticks: u128) -> u64 {
+        // Less than one unit left is the usual state of a throttled key.
+        if ticks < self.period_ns() as u128 {
+            return 0;
+        }
         self.period_divisor().div_saturating(ticks)
     }
 

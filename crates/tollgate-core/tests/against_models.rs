@@ -6,22 +6,36 @@ mod common;
 
 use common::models::Model;
 use common::ratio::Ratio;
-use common::{algorithm, quota, shape};
+use common::{any_quota, quota, shape};
 use proptest::prelude::*;
 use tollgate_core::{Algorithm, Quota, State};
 
+fn matches_models(quota: &Quota, trace: &[(u64, u64)]) -> Result<(), TestCaseError> {
+    for algorithm in Algorithm::ALL {
+        let mut model = Model::new(algorithm, quota);
+        let mut state = State::new(algorithm, quota);
+        for (i, &(t, c)) in trace.iter().enumerate() {
+            let want = model.decide(t, c);
+            let got = state.decide(quota, t, c);
+            prop_assert_eq!(got, want, "{} request {} at {} cost {}", algorithm, i, t, c);
+        }
+    }
+    Ok(())
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(384))]
+    #![proptest_config(ProptestConfig::with_cases(512))]
 
     #[test]
-    fn core_matches_its_model(algorithm in algorithm(), quota in quota(), shape in shape(40)) {
-        let mut model = Model::new(algorithm, &quota);
-        let mut state = State::new(algorithm, &quota);
-        for (i, (t, c)) in shape.resolve(&quota).into_iter().enumerate() {
-            let want = model.decide(t, c);
-            let got = state.decide(&quota, t, c);
-            prop_assert_eq!(got, want, "request {} at {} cost {}", i, t, c);
-        }
+    fn every_algorithm_matches_its_model(quota in quota(), shape in shape(40)) {
+        matches_models(&quota, &shape.resolve(&quota))?;
+    }
+
+    /// The same anywhere in the range `Quota` accepts (limits to 10^12,
+    /// periods to 2^62 ns), where the core's arithmetic is widest.
+    #[test]
+    fn every_algorithm_matches_its_model_at_the_extremes(quota in any_quota(), shape in shape(20)) {
+        matches_models(&quota, &shape.resolve(&quota))?;
     }
 
     /// The token bucket and GCRA models are two formulations of one rule;

@@ -65,10 +65,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         naive_admitted += task.await??;
     }
 
-    let policy = Policy::new(Limit::new(
-        Algorithm::FixedWindow,
-        Quota::per_hour(LIMIT)?,
-    ));
+    let policy = Policy::new(Limit::new(Algorithm::FixedWindow, Quota::per_hour(LIMIT)?));
     let atomic_key = format!("race:{run}");
     let mut atomic = Vec::new();
     for _ in 0..CLIENTS {

@@ -256,3 +256,23 @@ async fn a_dead_server_fails_fast_with_a_typed_error() {
         Err(BackendError::Unavailable(_) | BackendError::Timeout(_))
     ));
 }
+
+#[tokio::test]
+async fn the_store_switches_from_memory_to_redis_in_one_line() {
+    let Some(server) = common::server() else {
+        return;
+    };
+    let policy = policy(Algorithm::TokenBucket, 3, MINUTE);
+    let memory = tollgate::Store::new(policy.clone(), tollgate::MemoryBackend::new());
+    let redis = tollgate::Store::new(policy, common::backend(&server.url()).await);
+    for cost in [1, 1, 2, 1, 4] {
+        let (a, b) = (
+            memory.check("k", cost).await.unwrap(),
+            redis.check("k", cost).await.unwrap(),
+        );
+        // Decided microseconds apart on two clocks: the same verdicts.
+        assert_eq!((a.allowed, a.limit), (b.allowed, b.limit), "cost {cost}");
+    }
+    redis.reset("k").await.unwrap();
+    assert_eq!(redis.peek("k").await.unwrap().remaining, 3);
+}

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use tollgate_core::{Algorithm, Limit, State};
+use tollgate_core::{Algorithm, Limit, Quota, State};
 
 use crate::metrics::Charge;
 use crate::traffic::Request;
@@ -75,15 +75,14 @@ pub fn run(limit: &Limit, trace: &[Request]) -> Outcome {
 pub struct Lane {
     /// The rule.
     pub limit: Limit,
-    /// Whether to show the burst in the label (the quota's burst is always
-    /// reported for the bucket family).
+    /// Whether the label names the burst (only for algorithms that use one).
     pub show_burst: bool,
 }
 
 impl Lane {
-    /// A lane for `algorithm` under `limit` per `period_ns`, with `burst`
-    /// applied to the algorithms that use one.
-    pub fn new(algorithm: Algorithm, quota: tollgate_core::Quota, show_burst: bool) -> Self {
+    /// `algorithm` under `quota`; `show_burst` puts the burst in the label,
+    /// for scenarios that compare several bursts.
+    pub fn new(algorithm: Algorithm, quota: Quota, show_burst: bool) -> Self {
         Lane {
             limit: Limit::new(algorithm, quota),
             show_burst,

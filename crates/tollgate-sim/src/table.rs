@@ -24,11 +24,6 @@ impl Table {
         self.rows.push(cells);
     }
 
-    /// Whether the table has no rows.
-    pub fn is_empty(&self) -> bool {
-        self.rows.is_empty()
-    }
-
     /// A column is numeric when it has a value and every non-blank cell
     /// starts like a number.
     fn numeric(&self, col: usize) -> bool {

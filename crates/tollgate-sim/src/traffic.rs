@@ -12,7 +12,7 @@ use std::collections::BinaryHeap;
 
 use crate::rng::PyRandom;
 
-/// One nanosecond in seconds' terms.
+/// Nanoseconds in a second.
 pub const NS_PER_S: u64 = 1_000_000_000;
 /// One millisecond in nanoseconds.
 pub const MS: u64 = 1_000_000;
@@ -63,15 +63,14 @@ pub fn every(first: u64, step: u64, count: u64) -> impl Iterator<Item = u64> {
     spread(first, first + step * count.saturating_sub(1), count)
 }
 
-/// Poisson arrivals at `rate` per second in `[0, duration_s)` seconds,
-/// shifted by `offset` ns: `random.Random(seed).expovariate(rate)` gaps.
+/// Poisson arrivals at `rate` per second in `[0, duration_s)` seconds:
+/// `random.Random(seed).expovariate(rate)` gaps.
 #[derive(Clone)]
 pub struct Poisson {
     rng: PyRandom,
     rate: f64,
     t: f64,
     end: f64,
-    offset: u64,
 }
 
 impl Poisson {
@@ -87,14 +86,7 @@ impl Poisson {
             rate: rate_per_s,
             t: 0.0,
             end: duration_s,
-            offset: 0,
         }
-    }
-
-    /// Shifts every arrival by `offset` nanoseconds.
-    pub fn starting_at(mut self, offset: u64) -> Self {
-        self.offset = offset;
-        self
     }
 }
 
@@ -103,7 +95,7 @@ impl Iterator for Poisson {
 
     fn next(&mut self) -> Option<u64> {
         self.t += self.rng.expovariate(self.rate);
-        (self.t < self.end).then(|| self.offset + seconds_to_ns(self.t))
+        (self.t < self.end).then(|| seconds_to_ns(self.t))
     }
 }
 

@@ -5,7 +5,8 @@
 //! per-block overhead is not included: the tables are a few large blocks,
 //! and only the sliding log allocates per key). Keys are `u64`, each charged
 //! once at a frozen time so none is idle, then the total is divided by the
-//! key count.
+//! key count. Each limiter is measured grown on demand (the default) and
+//! presized with `LimiterBuilder::capacity`.
 //!
 //! Run: `cargo run --release -p tollgate --example bytes_per_key [KEYS]`
 
@@ -53,12 +54,22 @@ fn per_key<T>(keys: u64, build: impl FnOnce() -> T) -> f64 {
     bytes as f64 / keys as f64
 }
 
-fn ours(policy: Policy, keys: u64) -> Limiter<u64, FakeClock> {
-    let limiter = Limiter::builder(policy).clock(FakeClock::new()).build();
+fn ours(policy: Policy, keys: u64, capacity: usize) -> Limiter<u64, FakeClock> {
+    let limiter = Limiter::builder(policy)
+        .clock(FakeClock::new())
+        .capacity(capacity)
+        .build();
     for key in 0..keys {
         assert!(limiter.check(&key, 1).allowed);
     }
     limiter
+}
+
+/// Bytes per key grown on demand, and presized with `capacity(keys)`.
+fn both(policy: &Policy, keys: u64) -> (f64, f64) {
+    let grown = per_key(keys, || ours(policy.clone(), keys, 0));
+    let sized = per_key(keys, || ours(policy.clone(), keys, keys as usize));
+    (grown, sized)
 }
 
 fn main() {
@@ -66,19 +77,21 @@ fn main() {
         .nth(1)
         .map_or(1_000_000, |n| n.parse().expect("KEYS must be a number"));
     let quota = Quota::per_minute(100).expect("valid quota");
-    println!("| store | bytes per key at {keys} keys |");
-    println!("|---|---:|");
+    println!(
+        "| store | bytes per key at {keys} keys, grown on demand | with `.capacity({keys})` |"
+    );
+    println!("|---|---:|---:|");
     for algorithm in Algorithm::ALL {
-        let bytes = per_key(keys, || ours(Limit::new(algorithm, quota).into(), keys));
-        println!("| tollgate `{algorithm}` | {bytes:.1} |");
+        let (grown, sized) = both(&Limit::new(algorithm, quota).into(), keys);
+        println!("| tollgate `{algorithm}` | {grown:.1} | {sized:.1} |");
     }
     let two = Policy::with_limits(vec![
         Limit::new(Algorithm::Gcra, Quota::per_second(10).expect("valid quota")),
         Limit::new(Algorithm::FixedWindow, quota),
     ])
     .expect("two limits");
-    let bytes = per_key(keys, || ours(two, keys));
-    println!("| tollgate `gcra` 10/s + `fixed_window` 100/min | {bytes:.1} |");
+    let (grown, sized) = both(&two, keys);
+    println!("| tollgate `gcra` 10/s + `fixed_window` 100/min | {grown:.1} | {sized:.1} |");
     let bytes = per_key(keys, || {
         let per_minute = NonZeroU32::new(100).expect("non-zero");
         let governor = governor::DefaultKeyedRateLimiter::<u64>::keyed(
@@ -89,5 +102,5 @@ fn main() {
         }
         governor
     });
-    println!("| governor 0.10 keyed (GCRA) | {bytes:.1} |");
+    println!("| governor 0.10 keyed (GCRA) | {bytes:.1} | |");
 }

@@ -5,7 +5,7 @@ use std::hash::Hash;
 use std::ops::Deref;
 use std::sync::Arc;
 
-use crate::sharded::{default_shards, ShardedMap};
+use crate::sharded::{default_shards, ShardedMap, Sizing};
 
 /// Caps how many requests per key are in flight at once.
 ///
@@ -53,7 +53,7 @@ impl<K: Hash + Eq> ConcurrencyLimiter<K> {
     pub fn new(max_in_flight: u64) -> Self {
         ConcurrencyLimiter {
             max_in_flight,
-            in_flight: ShardedMap::new(default_shards()),
+            in_flight: ShardedMap::new(Sizing::growing(default_shards())),
         }
     }
 

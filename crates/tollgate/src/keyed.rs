@@ -9,7 +9,7 @@ use tollgate_core::{Decision, RetryAfter};
 
 use crate::limiter::{LimiterFull, OnFull, WaitError};
 use crate::rules::Rules;
-use crate::sharded::{Located, ShardedMap};
+use crate::sharded::{Located, ShardedMap, Sizing};
 use crate::Clock;
 
 /// Buckets the sweep looks at after each new key once a shard is 3/4 full.
@@ -58,10 +58,10 @@ fn count_in(keys: &AtomicUsize, max: usize) -> bool {
 }
 
 impl<K: Hash + Eq, R: Rules> Keyed<K, R> {
-    pub(crate) fn new(rules: R, shards: usize) -> Self {
+    pub(crate) fn new(rules: R, sizing: Sizing) -> Self {
         Keyed {
             rules,
-            map: ShardedMap::new(shards),
+            map: ShardedMap::new(sizing),
         }
     }
 

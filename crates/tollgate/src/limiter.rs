@@ -12,7 +12,7 @@ use tollgate_core::{Algorithm, Decision, RetryAfter};
 
 use crate::keyed::{Bounds, Keyed};
 use crate::rules::{All, One};
-use crate::sharded::default_shards;
+use crate::sharded::{default_shards, Sizing};
 use crate::{Clock, MonotonicClock, Policy};
 
 /// A rate limiter holding the state of many keys in process memory.
@@ -58,8 +58,9 @@ use crate::{Clock, MonotonicClock, Policy};
 /// shard at a time. [`LimiterBuilder::max_keys`] caps the keys against a
 /// flood of random ones: a new key beyond it evicts an idle key near it,
 /// and if there is none, [`OnFull`] says whether it is decided untracked
-/// or refused. A GCRA key takes about 69 bytes at 1M keys (`u64` keys; see
-/// `docs/PERFORMANCE.md`).
+/// or refused. A GCRA key with a `u64` key takes about 69 bytes at 1M
+/// keys when the tables grow on demand, 39 with
+/// [`LimiterBuilder::capacity`] (see `docs/PERFORMANCE.md`).
 ///
 /// The same code against a shared store (Redis, ...) goes through
 /// [`Store`](crate::Store), which takes any [`Backend`](crate::Backend); the
@@ -104,20 +105,20 @@ macro_rules! with_keyed {
 }
 
 impl<K: Hash + Eq> Table<K> {
-    fn new(policy: &Policy, shards: usize) -> Self {
+    fn new(policy: &Policy, sizing: Sizing) -> Self {
         let limits = policy.limits();
         let [limit] = limits else {
-            return Table::All(Keyed::new(All::new(limits), shards));
+            return Table::All(Keyed::new(All::new(limits), sizing));
         };
         let quota = limit.quota;
         match limit.algorithm {
-            Algorithm::FixedWindow => Table::FixedWindow(Keyed::new(One::new(quota), shards)),
-            Algorithm::SlidingLog => Table::SlidingLog(Keyed::new(One::new(quota), shards)),
-            Algorithm::SlidingCounter => Table::SlidingCounter(Keyed::new(One::new(quota), shards)),
-            Algorithm::TokenBucket => Table::TokenBucket(Keyed::new(One::new(quota), shards)),
-            Algorithm::Gcra => Table::Gcra(Keyed::new(One::new(quota), shards)),
-            Algorithm::LeakyBucket => Table::LeakyBucket(Keyed::new(One::new(quota), shards)),
-            Algorithm::LeakyQueue => Table::LeakyQueue(Keyed::new(One::new(quota), shards)),
+            Algorithm::FixedWindow => Table::FixedWindow(Keyed::new(One::new(quota), sizing)),
+            Algorithm::SlidingLog => Table::SlidingLog(Keyed::new(One::new(quota), sizing)),
+            Algorithm::SlidingCounter => Table::SlidingCounter(Keyed::new(One::new(quota), sizing)),
+            Algorithm::TokenBucket => Table::TokenBucket(Keyed::new(One::new(quota), sizing)),
+            Algorithm::Gcra => Table::Gcra(Keyed::new(One::new(quota), sizing)),
+            Algorithm::LeakyBucket => Table::LeakyBucket(Keyed::new(One::new(quota), sizing)),
+            Algorithm::LeakyQueue => Table::LeakyQueue(Keyed::new(One::new(quota), sizing)),
         }
     }
 }
@@ -168,6 +169,7 @@ pub struct LimiterBuilder<C> {
     full_retry: Duration,
     idle_grace: Duration,
     shards: usize,
+    capacity: usize,
 }
 
 impl<C: Clock> LimiterBuilder<C> {
@@ -181,6 +183,7 @@ impl<C: Clock> LimiterBuilder<C> {
             full_retry: self.full_retry,
             idle_grace: self.idle_grace,
             shards: self.shards,
+            capacity: self.capacity,
         }
     }
 
@@ -211,17 +214,34 @@ impl<C: Clock> LimiterBuilder<C> {
         self
     }
 
-    /// Splits the keys into `shards` independently locked parts (rounded up
-    /// to a power of two). Default: four per CPU.
+    /// Splits the keys into at least `shards` independently locked parts
+    /// (1 to 65,536). Default: four per CPU.
     pub fn shards(mut self, shards: usize) -> Self {
         self.shards = shards;
         self
     }
 
+    /// Allocates room for `keys` keys up front, with the shard count chosen
+    /// so the tables are nearly full at that many keys (about 39 bytes per
+    /// GCRA key at 1M `u64` keys, against about 69 when grown on demand).
+    /// Tables still grow past it. Default: 0, grown on demand.
+    pub fn capacity(mut self, keys: usize) -> Self {
+        self.capacity = keys;
+        self
+    }
+
+    fn sizing(&self) -> Sizing {
+        if self.capacity == 0 {
+            Sizing::growing(self.shards)
+        } else {
+            Sizing::for_keys(self.capacity, self.shards)
+        }
+    }
+
     /// The limiter.
     pub fn build<K: Hash + Eq>(self) -> Limiter<K, C> {
         Limiter {
-            table: Table::new(&self.policy, self.shards),
+            table: Table::new(&self.policy, self.sizing()),
             policy: self.policy,
             clock: self.clock,
             bounds: Bounds {
@@ -256,6 +276,7 @@ impl Limiter<()> {
             full_retry: Duration::from_secs(1),
             idle_grace: Duration::from_secs(1),
             shards: default_shards(),
+            capacity: 0,
         }
     }
 }

@@ -48,7 +48,8 @@ proptest! {
         let limiter: Limiter<u8, FakeClock> = Limiter::builder(policy.clone())
             .clock(clock.clone())
             .idle_grace(std::time::Duration::ZERO)
-            .shards(2)
+            .shards(3)
+            .capacity(4)
             .build();
         let limits = policy.limits();
         let fresh = || -> Vec<State> {

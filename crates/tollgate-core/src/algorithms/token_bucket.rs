@@ -25,7 +25,8 @@ impl Step for TokenBucket {
         let now = now.max(self.last);
         let capacity = quota.burst_ticks();
         let refill = quota.ticks(now - self.last);
-        let tokens = capacity.min(self.tokens.get().saturating_add(refill));
+        // At most 2^102 + 2^104 ticks (`Quota`'s bounds): no overflow.
+        let tokens = capacity.min(self.tokens.get() + refill);
         let (decision, debt) = bucket::decide(quota, capacity - tokens, cost);
         (
             decision,

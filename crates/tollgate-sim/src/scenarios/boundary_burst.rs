@@ -95,7 +95,8 @@ pub fn run() -> Scenario {
     ];
     let notes = vec![
         "GCRA and the leaky meter make exactly the token bucket's decisions (see \
-         `equivalence`), so their rows match it at the same burst."
+         `equivalence`), so their rows match it at the same burst; the per-second chart leaves \
+         their lines out for that reason."
             .to_string(),
         "The bucket family promises at most burst + limit in any period: 20 + 100 and \
          100 + 100. Each falls one short because the 100th refill after the burst lands \
