@@ -1,9 +1,8 @@
 //! `tollgate check`: one decision by a shared store, with the store's clock.
 
-use anyhow::Context;
 use tollgate::{Backend, Policy};
-use tollgate_cli::duration::parse_duration;
-use tollgate_core::{Algorithm, Decision, Limit, Quota, RetryAfter};
+use tollgate_cli::rule_args::RuleArgs;
+use tollgate_core::{Decision, RetryAfter};
 use tollgate_redis::{RedisBackend, DEFAULT_PREFIX};
 
 use crate::store;
@@ -18,20 +17,8 @@ pub struct Args {
     /// for a Redis Cluster.
     #[arg(long, value_name = "URL")]
     store: String,
-    /// Algorithm: fixed_window, sliding_log, sliding_counter, token_bucket,
-    /// gcra, leaky_bucket or leaky_queue.
-    #[arg(long, value_name = "NAME")]
-    algorithm: Algorithm,
-    /// Cost units admitted per period.
-    #[arg(long, value_name = "N")]
-    limit: u64,
-    /// The period: an integer with a unit ns, us, ms, s, m, h or d (e.g. 1m).
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
-    period: u64,
-    /// Bucket capacity for the bucket algorithms and the queue; defaults to
-    /// the limit.
-    #[arg(long, value_name = "B")]
-    burst: Option<u64>,
+    #[command(flatten)]
+    rule: RuleArgs,
     /// The request's cost; 0 peeks without charging.
     #[arg(long, value_name = "C", default_value_t = 1)]
     cost: u64,
@@ -45,9 +32,7 @@ pub struct Args {
 
 /// Makes the decision and prints it.
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let quota = Quota::with_parts(args.limit, args.period, args.burst.unwrap_or(args.limit))
-        .context("invalid quota")?;
-    let policy = Policy::new(Limit::new(args.algorithm, quota));
+    let policy = Policy::new(args.rule.rule()?);
     RedisBackend::validate(&policy)?;
     let (runtime, backend) = store::connect(&args.store, &args.prefix)?;
     let decision = runtime.block_on(backend.check(&args.key, &policy, args.cost))?;

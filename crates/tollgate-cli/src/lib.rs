@@ -3,4 +3,5 @@
 
 pub mod atomic_file;
 pub mod duration;
+pub mod rule_args;
 pub mod trace;

@@ -6,9 +6,9 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use tollgate_cli::atomic_file::AtomicFile;
-use tollgate_cli::duration::parse_duration;
+use tollgate_cli::rule_args::RuleArgs;
 use tollgate_cli::trace;
-use tollgate_core::{Algorithm, Limit, Quota};
+use tollgate_core::Limit;
 
 /// Big enough that reads and writes are rare next to the parsing.
 const IO_BUFFER_BYTES: usize = 256 * 1024;
@@ -20,21 +20,8 @@ Input: CSV with the header `t_ns,key,cost`.
 Output: CSV with the header `t_ns,key,cost,allowed,remaining,retry_after_ns,delay_ns`,
 one line per request in input order; retry_after_ns is -1 when the cost can never fit.")]
 pub struct Args {
-    /// Algorithm: fixed_window, sliding_log, sliding_counter, token_bucket,
-    /// gcra, leaky_bucket or leaky_queue.
-    #[arg(long, value_name = "NAME")]
-    algorithm: Algorithm,
-    /// Cost units admitted per period.
-    #[arg(long, value_name = "N")]
-    limit: u64,
-    /// The period: an integer with a unit ns, us, ms, s, m, h or d (e.g. 1m).
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
-    period: u64,
-    /// Bucket capacity for token_bucket, gcra, leaky_bucket and leaky_queue
-    /// (the queue serves one request at once and holds `burst` more); defaults
-    /// to the limit; the window algorithms ignore it.
-    #[arg(long, value_name = "B")]
-    burst: Option<u64>,
+    #[command(flatten)]
+    rule: RuleArgs,
     /// The trace to read; standard input when absent.
     #[arg(long, value_name = "FILE")]
     input: Option<PathBuf>,
@@ -66,9 +53,7 @@ fn replay_through<W: std::io::Write>(
 
 /// Replays the trace and writes the decisions.
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let quota = Quota::with_parts(args.limit, args.period, args.burst.unwrap_or(args.limit))
-        .context("invalid quota")?;
-    let rule = Limit::new(args.algorithm, quota);
+    let rule = args.rule.rule()?;
 
     let stdin = io::stdin();
     let input: Box<dyn io::BufRead> = match &args.input {

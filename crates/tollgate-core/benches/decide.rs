@@ -26,13 +26,23 @@ fn quota() -> Quota {
 /// Decisions per timed burst in the `floor/` variants.
 const BURST: u64 = 20_000;
 
+/// Times `n` decisions. Never inlined, so the mean and the floor variants of
+/// a benchmark run the very same machine code.
+#[inline(never)]
+fn timed(one: &mut impl FnMut(), n: u64) -> Duration {
+    let start = Instant::now();
+    for _ in 0..n {
+        one();
+    }
+    start.elapsed()
+}
+
 /// Measures `decide(quota, now, 1)` with `now` advancing by `step`, after a
 /// warm-up that brings the key to its steady state, twice: criterion's usual
-/// mean under `name`, and under `floor/name` the fastest of many short
-/// bursts. On the shared 2-core machine the mean also counts the time other
-/// processes hold the CPU; a burst of `BURST` decisions (tens of
-/// microseconds) usually runs unpreempted, so the floor is the decision's
-/// own cost.
+/// mean under `name`, and under `floor/name` the fastest of many bursts of
+/// `BURST` decisions. On the shared 2-core machine the mean also counts the
+/// time other processes hold the CPU; a burst lasts tens of microseconds and
+/// usually runs unpreempted, so the floor is the decision's own cost.
 fn bench(
     c: &mut Criterion,
     name: &str,
@@ -47,21 +57,15 @@ fn bench(
         // harness does not copy 48 bytes back per iteration.
         black_box(&decide(black_box(&quota), now));
     };
-    for _ in 0..1_000 {
-        one();
-    }
-    c.bench_function(name, |b| b.iter(&mut one));
+    timed(&mut one, 1_000);
+    c.bench_function(name, |b| b.iter_custom(|iters| timed(&mut one, iters)));
     c.bench_function(&format!("floor/{name}"), |b| {
         b.iter_custom(|iters| {
             let mut best = f64::MAX;
             let mut done = 0;
             while done < iters {
                 let n = BURST.min(iters - done);
-                let start = Instant::now();
-                for _ in 0..n {
-                    one();
-                }
-                best = best.min(start.elapsed().as_secs_f64() / n as f64);
+                best = best.min(timed(&mut one, n).as_secs_f64() / n as f64);
                 done += n;
             }
             Duration::from_secs_f64(best * iters as f64)

@@ -23,7 +23,7 @@ core rounded up to the microsecond, the resolution of the store's clock.
 
 Exactness. Lua numbers are doubles: integers are exact below 2^53. The Rust
 side (src/exact.rs) reduces each quota to small integer units and refuses a
-quota whose largest intermediate value below could reach 2^53, so every
+quota whose largest intermediate value below could exceed 2^53, so every
 value computed here is an exact integer:
 
   windows   the period is a units of g ns (g = gcd(period, 1000)), one

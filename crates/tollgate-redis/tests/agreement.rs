@@ -1,5 +1,6 @@
 //! Redis decides exactly like the core: random traces with microsecond
-//! times, every algorithm, single and layered policies.
+//! times, every algorithm, single and layered policies, through `FCALL` and
+//! through `EVALSHA`.
 
 mod common;
 
@@ -7,6 +8,7 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use tollgate::{Algorithm, Limit, Policy, Quota, State};
 use tollgate_core::decide_all;
+use tollgate_redis::ScriptMode;
 
 /// A Unix time in microseconds (late 2023), so windows align on the epoch
 /// with realistic magnitudes.
@@ -74,7 +76,15 @@ fn redis_decides_like_the_core_on_random_traces() {
         return;
     };
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let redis = rt.block_on(common::backend(&server.url()));
+    // Every other case goes through EVALSHA instead of FCALL: one Lua source.
+    let functions = rt.block_on(common::backend(&server.url()));
+    let eval = rt
+        .block_on(
+            common::config(&server.url())
+                .mode(ScriptMode::Eval)
+                .connect(),
+        )
+        .unwrap();
     let case_no = std::cell::Cell::new(0);
     let mut runner = TestRunner::new(Config {
         cases: 256,
@@ -84,6 +94,11 @@ fn redis_decides_like_the_core_on_random_traces() {
     runner
         .run(&case(), |(limits, requests)| {
             case_no.set(case_no.get() + 1);
+            let redis = if case_no.get() % 2 == 0 {
+                &functions
+            } else {
+                &eval
+            };
             let policy = Policy::with_limits(limits.clone()).unwrap();
             let mut states: Vec<Vec<State>> = (0..3)
                 .map(|_| {
@@ -124,7 +139,7 @@ fn the_eval_path_decides_like_the_function_path() {
     rt.block_on(async {
         let functions = common::backend(&server.url()).await;
         let eval = common::config(&server.url())
-            .mode(tollgate_redis::ScriptMode::Eval)
+            .mode(ScriptMode::Eval)
             .connect()
             .await
             .unwrap();

@@ -210,19 +210,30 @@ async fn a_paused_server_times_out_within_the_deadline() {
     let port = server.port().to_string();
     let sleeper = std::thread::spawn(move || {
         std::process::Command::new("redis-cli")
-            .args(["-p", &port, "debug", "sleep", "1.5"])
+            .args(["-p", &port, "debug", "sleep", "2"])
             .output()
     });
-    std::thread::sleep(Duration::from_millis(200));
-    let start = Instant::now();
-    let result = redis.check("t", &p, 1).await;
-    let elapsed = start.elapsed();
-    assert!(
-        matches!(result, Err(BackendError::Timeout(d)) if d == deadline),
-        "{result:?}"
-    );
-    // Generous for a busy machine, far below the 1.5 s pause.
-    assert!(elapsed < Duration::from_millis(500), "took {elapsed:?}");
+    // Until the server is asleep, calls still succeed; the first one made
+    // while it sleeps must come back as a timeout, within the deadline.
+    let begin = Instant::now();
+    loop {
+        assert!(
+            begin.elapsed() < Duration::from_secs(2),
+            "the server never paused"
+        );
+        let start = Instant::now();
+        match redis.check("t", &p, 1).await {
+            Ok(_) => std::thread::sleep(Duration::from_millis(5)),
+            Err(BackendError::Timeout(d)) => {
+                assert_eq!(d, deadline);
+                // Generous for a busy machine, far below the 2 s pause.
+                let elapsed = start.elapsed();
+                assert!(elapsed < Duration::from_millis(500), "took {elapsed:?}");
+                break;
+            }
+            Err(e) => panic!("expected a timeout, got {e}"),
+        }
+    }
     sleeper.join().unwrap().unwrap();
     assert!(
         redis.check("t", &p, 1).await.is_ok(),

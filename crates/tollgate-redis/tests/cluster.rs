@@ -59,22 +59,27 @@ async fn cluster_decides_like_the_core_and_reloads_a_lost_library() {
     }
     assert_eq!(used_nodes.len(), 3, "keys landed on every primary");
 
-    // One primary loses the library: decisions on its keys carry on.
+    // One primary loses the library: decisions on its keys carry on, and
+    // the library is back on it afterwards.
     let policy = Policy::new(limits[4]);
-    for node in cluster.nodes() {
-        node.cli(&["function", "flush"]).unwrap();
-    }
-    for k in 0..12 {
+    let lost = &cluster.nodes()[1];
+    lost.cli(&["function", "flush"]).unwrap();
+    for k in 0..30 {
         let d = redis
             .check(&format!("after-flush-{k}"), &policy, 1)
             .await
             .unwrap();
         assert!(d.allowed);
     }
+    let list = lost.cli(&["function", "list"]).unwrap();
+    assert!(
+        list.contains("tollgate_decide"),
+        "reloaded on port {}",
+        lost.port()
+    );
 }
 
-/// Which node (index) owns `slot`, from `CLUSTER SHARDS`-independent
-/// `CLUSTER SLOTS` output of the first node.
+/// The port of the node holding keys in `slot`.
 fn node_of(cluster: &tollgate_redis::harness::RedisCluster, slot: u16) -> u16 {
     for node in cluster.nodes() {
         let count = node

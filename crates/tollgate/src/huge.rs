@@ -59,3 +59,37 @@ unsafe impl Allocator for HugePages {
         unsafe { Global.deallocate(ptr, layout) }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn large_blocks_are_aligned_to_a_huge_page_and_usable() {
+        let layout = Layout::from_size_align(3 * HUGE_PAGE + 8, 16).unwrap();
+        let block = HugePages.allocate(layout).unwrap();
+        let ptr = block.as_ptr().cast::<u8>();
+        assert_eq!(ptr as usize % HUGE_PAGE, 0);
+        assert!(block.len() >= layout.size());
+        // SAFETY: the block holds `layout.size()` writable bytes and is
+        // freed once, with the layout it was allocated with.
+        unsafe {
+            std::ptr::write_bytes(ptr, 0xA5, layout.size());
+            assert_eq!(*ptr.add(layout.size() - 1), 0xA5);
+            HugePages.deallocate(NonNull::new(ptr).unwrap(), layout);
+        }
+    }
+
+    #[test]
+    fn a_table_grows_through_both_paths() {
+        // 2^18 buckets of 16 bytes: the last growths take the huge path.
+        let mut table = hashbrown::HashTable::new_in(HugePages);
+        for key in 0..200_000u64 {
+            table.insert_unique(key, (key, !key), |(k, _)| *k);
+        }
+        assert!(table.allocation_size() > HUGE_PAGE);
+        for key in (0..200_000u64).step_by(997) {
+            assert_eq!(table.find(key, |(k, _)| *k == key), Some(&(key, !key)));
+        }
+    }
+}

@@ -75,3 +75,12 @@ fn several_limits_are_charged_together_or_not_at_all() {
         assert_eq!(admitted + more, 60, "{a}+{b}");
     }
 }
+
+#[test]
+fn limiters_are_send_and_sync() {
+    fn shareable<T: Send + Sync>() {}
+    shareable::<Limiter<String>>();
+    shareable::<Limiter<u64, FakeClock>>();
+    shareable::<tollgate::ConcurrencyLimiter<String>>();
+    shareable::<tollgate::Store<tollgate::MemoryBackend>>();
+}

@@ -16,7 +16,7 @@ impl Step for FixedWindow {
         FixedWindow::default()
     }
 
-    #[inline]
+    #[inline(always)]
     fn step(&self, quota: &Quota, now: u64, cost: u64) -> (Decision, Self) {
         let now = now.max(self.last);
         let limit = quota.limit();

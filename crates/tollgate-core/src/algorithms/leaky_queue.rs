@@ -18,7 +18,7 @@ impl Step for LeakyQueue {
         LeakyQueue::default()
     }
 
-    #[inline]
+    #[inline(always)]
     fn step(&self, quota: &Quota, now: u64, cost: u64) -> (Decision, Self) {
         let now = now.max(self.last);
         let at = quota.ticks(now);

@@ -19,7 +19,7 @@ impl Step for SlidingCounter {
         SlidingCounter::default()
     }
 
-    #[inline]
+    #[inline(always)]
     fn step(&self, quota: &Quota, now: u64, cost: u64) -> (Decision, Self) {
         let now = now.max(self.last);
         let period = quota.period_ns();

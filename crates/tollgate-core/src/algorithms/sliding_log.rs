@@ -84,6 +84,7 @@ impl SlidingLog {
     }
 
     /// The decision, and the index of the first entry still in the window.
+    #[inline]
     fn evaluate(&self, quota: &Quota, now: u64, cost: u64) -> (Decision, usize) {
         let now = now.max(self.last);
         let period = quota.period_ns();
@@ -135,6 +136,7 @@ impl AlgorithmState for SlidingLog {
         self.evaluate(quota, now, cost).0
     }
 
+    #[inline]
     fn decide(&mut self, quota: &Quota, now: u64, cost: u64) -> Decision {
         let (decision, live) = self.evaluate(quota, now, cost);
         if !decision.allowed || cost == 0 {
