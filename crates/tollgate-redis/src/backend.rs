@@ -236,6 +236,10 @@ impl RedisBackend {
 }
 
 impl Backend for RedisBackend {
+    fn validate(&self, policy: &Policy) -> Result<(), BackendError> {
+        RedisBackend::validate(policy)
+    }
+
     fn check(
         &self,
         key: &str,

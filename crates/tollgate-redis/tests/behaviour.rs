@@ -103,6 +103,10 @@ async fn bad_policies_and_keys_are_refused_before_reaching_redis() {
         Err(BackendError::UnsupportedPolicy(_))
     ));
     assert!(matches!(
+        tollgate::Store::new(odd.clone(), &redis),
+        Err(BackendError::UnsupportedPolicy(_))
+    ));
+    assert!(matches!(
         redis.check("k", &odd, 1).await,
         Err(BackendError::UnsupportedPolicy(_))
     ));
@@ -274,8 +278,8 @@ async fn the_store_switches_from_memory_to_redis_in_one_line() {
         return;
     };
     let policy = policy(Algorithm::TokenBucket, 3, MINUTE);
-    let memory = tollgate::Store::new(policy.clone(), tollgate::MemoryBackend::new());
-    let redis = tollgate::Store::new(policy, common::backend(&server.url()).await);
+    let memory = tollgate::Store::new(policy.clone(), tollgate::MemoryBackend::new()).unwrap();
+    let redis = tollgate::Store::new(policy, common::backend(&server.url()).await).unwrap();
     for cost in [1, 1, 2, 1, 4] {
         let (a, b) = (
             memory.check("k", cost).await.unwrap(),

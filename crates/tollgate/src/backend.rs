@@ -13,6 +13,14 @@ use crate::Policy;
 /// call that leaves the process has a deadline and reports a typed error, so
 /// the layer above can fail open, fail closed or fall back.
 pub trait Backend: Send + Sync {
+    /// Refuses a policy this store cannot enforce exactly (for example a
+    /// quota outside the range its arithmetic is exact for), so the error
+    /// comes when the policy is set up rather than at the first request.
+    fn validate(&self, policy: &Policy) -> Result<(), BackendError> {
+        let _ = policy;
+        Ok(())
+    }
+
     /// Decides a request of `cost` for `key` against every limit of `policy`,
     /// atomically, and charges it if admitted. Cost 0 is a peek.
     fn check(
@@ -53,31 +61,17 @@ pub enum BackendError {
     InvalidKey(String),
 }
 
-/// A shared reference to a backend is a backend, so several [`Store`]s
-/// (one per policy) can use one connection pool.
-///
-/// [`Store`]: crate::Store
-impl<B: Backend + ?Sized> Backend for &B {
-    fn check(
-        &self,
-        key: &str,
-        policy: &Policy,
-        cost: u64,
-    ) -> impl Future<Output = Result<Decision, BackendError>> + Send {
-        (**self).check(key, policy, cost)
+/// A shared reference to a backend (`&B`, `Arc<B>`, `Box<B>`) is a backend,
+/// so several stores can share one connection pool or one keyed map.
+impl<P> Backend for P
+where
+    P: std::ops::Deref + Send + Sync,
+    P::Target: Backend,
+{
+    fn validate(&self, policy: &Policy) -> Result<(), BackendError> {
+        (**self).validate(policy)
     }
 
-    fn reset(
-        &self,
-        key: &str,
-        policy: &Policy,
-    ) -> impl Future<Output = Result<(), BackendError>> + Send {
-        (**self).reset(key, policy)
-    }
-}
-
-/// An `Arc` of a backend is a backend, for stores shared across tasks.
-impl<B: Backend + ?Sized> Backend for std::sync::Arc<B> {
     fn check(
         &self,
         key: &str,

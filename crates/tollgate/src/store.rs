@@ -13,8 +13,8 @@ use crate::{Backend, BackendError, Policy};
 /// use tollgate::{Algorithm, Limit, MemoryBackend, Quota, Store};
 ///
 /// let policy = Limit::new(Algorithm::Gcra, Quota::per_second(10).unwrap());
-/// let store = Store::new(policy, MemoryBackend::new());
-/// // let store = Store::new(policy, RedisBackend::connect("redis://127.0.0.1:6379").await?);
+/// let store = Store::new(policy, MemoryBackend::new())?;
+/// // let store = Store::new(policy, RedisBackend::connect("redis://127.0.0.1:6379").await?)?;
 /// let decision = store.check("user-1", 1).await?;
 /// assert!(decision.allowed);
 /// # Ok(()) }
@@ -26,12 +26,12 @@ pub struct Store<B> {
 }
 
 impl<B: Backend> Store<B> {
-    /// `policy` (a [`Limit`](crate::Limit) or several) enforced in `backend`.
-    pub fn new(policy: impl Into<Policy>, backend: B) -> Self {
-        Store {
-            policy: policy.into(),
-            backend,
-        }
+    /// `policy` (a [`Limit`](crate::Limit) or several) enforced in `backend`;
+    /// refused if the backend cannot enforce it exactly.
+    pub fn new(policy: impl Into<Policy>, backend: B) -> Result<Self, BackendError> {
+        let policy = policy.into();
+        backend.validate(&policy)?;
+        Ok(Store { policy, backend })
     }
 
     /// Decides `cost` for `key` and charges it if admitted (all limits or

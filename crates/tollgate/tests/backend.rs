@@ -15,7 +15,7 @@ async fn store_over_memory_decides_like_the_limiter() {
     ])
     .unwrap();
     let clock = FakeClock::at(42);
-    let store = Store::new(policy.clone(), MemoryBackend::with_clock(clock.clone()));
+    let store = Store::new(policy.clone(), MemoryBackend::with_clock(clock.clone())).unwrap();
     let limiter: Limiter<String, FakeClock> = Limiter::builder(policy).clock(clock).build();
     for cost in [1, 0, 2, 1, 1, 4, 0] {
         assert_eq!(
@@ -34,11 +34,13 @@ async fn policies_do_not_share_keys() {
     let one = Store::new(
         Limit::new(Algorithm::FixedWindow, Quota::per_hour(1).unwrap()),
         &backend,
-    );
+    )
+    .unwrap();
     let two = Store::new(
         Limit::new(Algorithm::FixedWindow, Quota::per_hour(2).unwrap()),
         &backend,
-    );
+    )
+    .unwrap();
     assert!(one.check("k", 1).await.unwrap().allowed);
     assert!(!one.check("k", 1).await.unwrap().allowed);
     assert!(two.check("k", 1).await.unwrap().allowed);
@@ -49,7 +51,8 @@ async fn an_empty_key_is_refused() {
     let store = Store::new(
         Limit::new(Algorithm::Gcra, Quota::per_second(1).unwrap()),
         MemoryBackend::new(),
-    );
+    )
+    .unwrap();
     assert!(matches!(
         store.check("", 1).await,
         Err(BackendError::InvalidKey(_))
