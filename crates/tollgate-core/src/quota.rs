@@ -1,6 +1,6 @@
 use std::fmt;
+use std::num::NonZeroU64;
 
-use crate::ticks::Divisor;
 use crate::Algorithm;
 
 /// How much a key may spend: `limit` per `period`, and `burst` for the
@@ -18,21 +18,12 @@ use crate::Algorithm;
 /// That covers every combination of limits and bursts up to 10^9 with periods
 /// from 1 ns to 366 days, except a burst so much larger than the limit that
 /// refilling it would take more than 146 years.
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Quota {
-    limit: Divisor,
-    period: Divisor,
+    // Non-zero by type, so dividing by them needs no zero check.
+    limit: NonZeroU64,
+    period: NonZeroU64,
     burst: u64,
-}
-
-impl fmt::Debug for Quota {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Quota")
-            .field("limit", &self.limit())
-            .field("period", &self.period_ns())
-            .field("burst", &self.burst)
-            .finish()
-    }
 }
 
 /// Why a [`Quota`] was refused.
@@ -137,12 +128,12 @@ impl Quota {
 
     /// `limit` per `period_ns` with an explicit `burst`, validated.
     pub fn with_parts(limit: u64, period_ns: u64, burst: u64) -> Result<Self, QuotaError> {
-        if limit == 0 {
+        let Some(nonzero_limit) = NonZeroU64::new(limit) else {
             return Err(QuotaError::ZeroLimit);
-        }
-        if period_ns == 0 {
+        };
+        let Some(nonzero_period) = NonZeroU64::new(period_ns) else {
             return Err(QuotaError::ZeroPeriod);
-        }
+        };
         if burst == 0 {
             return Err(QuotaError::ZeroBurst);
         }
@@ -166,8 +157,8 @@ impl Quota {
             });
         }
         Ok(Quota {
-            limit: Divisor::new(limit),
-            period: Divisor::new(period_ns),
+            limit: nonzero_limit,
+            period: nonzero_period,
             burst,
         })
     }
@@ -212,15 +203,15 @@ impl Quota {
         cost as u128 * self.period_ns() as u128
     }
 
-    /// Divides by the period without a divide instruction.
+    /// The period, for divisions without a zero check.
     #[inline]
-    pub(crate) const fn period_divisor(&self) -> Divisor {
+    pub(crate) const fn period_nonzero(&self) -> NonZeroU64 {
         self.period
     }
 
-    /// Divides by the limit without a divide instruction.
+    /// The limit, for divisions without a zero check.
     #[inline]
-    pub(crate) const fn limit_divisor(&self) -> Divisor {
+    pub(crate) const fn limit_nonzero(&self) -> NonZeroU64 {
         self.limit
     }
 
