@@ -92,12 +92,34 @@ impl State {
         dispatch!(self, s => s.last_update())
     }
 
-    /// Bytes this state occupies, inline and on the heap.
+    /// Bytes the algorithm's own state occupies, inline and on the heap (a
+    /// store that knows the algorithm keeps that, not the whole enum).
     pub fn memory_bytes(&self) -> usize {
         let heap = match self {
             State::SlidingLog(log) => log.heap_bytes(),
             _ => 0,
         };
-        std::mem::size_of::<State>() + heap
+        dispatch!(self, s => std::mem::size_of_val(s)) + heap
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memory_is_the_algorithms_own_state() {
+        let quota = Quota::per_minute(100).unwrap();
+        let bytes = |a| State::new(a, &quota).memory_bytes();
+        // An exact TAT (two words) and the last charge's time.
+        assert_eq!(bytes(Algorithm::Gcra), 24);
+        assert_eq!(bytes(Algorithm::FixedWindow), 16);
+        assert_eq!(bytes(Algorithm::SlidingCounter), 24);
+        let mut log = State::new(Algorithm::SlidingLog, &quota);
+        let empty = log.memory_bytes();
+        for t in 0..10 {
+            log.decide(&quota, t, 1);
+        }
+        assert!(log.memory_bytes() >= empty + 10 * 16);
     }
 }
