@@ -2,9 +2,9 @@
 
 use std::fs;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 
-use std::io::Write;
+mod common;
 
 const S: u64 = 1_000_000_000;
 const MS: u64 = 1_000_000;
@@ -12,25 +12,10 @@ const OUTPUT_HEADER: &str = "t_ns,key,cost,allowed,remaining,retry_after_ns,dela
 
 /// Runs `tollgate replay` with `args`, feeding `stdin`.
 fn tollgate(args: &[&str], stdin: &str) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
-        .arg("replay")
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the tollgate binary runs");
-    // Fed from another thread: the child writes while it reads, and a full
-    // stdout pipe would otherwise deadlock against a full stdin pipe.
-    let mut pipe = child.stdin.take().unwrap();
-    let stdin = stdin.to_owned();
-    let feeder = std::thread::spawn(move || {
-        // A run that fails before reading all of it closes stdin early.
-        let _ = pipe.write_all(stdin.as_bytes());
-    });
-    let out = child.wait_with_output().unwrap();
-    feeder.join().unwrap();
-    out
+    let all: Vec<&str> = std::iter::once("replay")
+        .chain(args.iter().copied())
+        .collect();
+    common::run(&all, stdin)
 }
 
 /// Replays `trace` and returns the output, failing the test on any error.

@@ -1,22 +1,14 @@
 //! `tollgate replay --store` and `tollgate check` against a Redis server and
 //! a Redis Cluster started by the test on free ports.
 
-use std::io::Write;
-use std::process::{Command, Stdio};
-
 use tollgate_core::Algorithm;
 use tollgate_redis::harness::{skip_requested, RedisCluster, RedisServer};
 
+mod common;
+
+/// Runs `tollgate` with `args`, failing the test unless it succeeds.
 fn tollgate(args: &[&str], stdin: &str) -> String {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the tollgate binary runs");
-    let _ = child.stdin.take().unwrap().write_all(stdin.as_bytes());
-    let out = child.wait_with_output().unwrap();
+    let out = common::run(args, stdin);
     assert!(
         out.status.success(),
         "tollgate {args:?}: {}",

@@ -83,12 +83,7 @@ impl<K: Hash + Eq, R: Rules> Keyed<K, R> {
         let mut located = self.map.locate(key);
         // Read under the lock: each key then sees its times in order.
         let now = clock.now();
-        let hash = located.hash;
-        if let Some((_, state)) = located
-            .shard
-            .table
-            .find_mut(hash, |(k, _)| k.borrow() == key)
-        {
+        if let Some(state) = located.get_mut(key) {
             return Ok(self.decide_held(state, now, cost));
         }
         let mut state = self.rules.fresh();
@@ -247,12 +242,7 @@ impl<K: Hash + Eq, R: Rules> Keyed<K, R> {
     {
         let mut located = self.map.locate(key);
         let now = clock.now();
-        let hash = located.hash;
-        if let Some((_, state)) = located
-            .shard
-            .table
-            .find_mut(hash, |(k, _)| k.borrow() == key)
-        {
+        if let Some(state) = located.get_mut(key) {
             self.rules.refund(state, now, cost);
         }
     }
@@ -276,12 +266,7 @@ impl<K: Hash + Eq, R: Rules> Keyed<K, R> {
     {
         let mut located = self.map.locate(key);
         let now = clock.now();
-        let hash = located.hash;
-        if let Some((_, state)) = located
-            .shard
-            .table
-            .find_mut(hash, |(k, _)| k.borrow() == key)
-        {
+        if let Some(state) = located.get_mut(key) {
             return self.reserve_in(state, now, cost, max_wait);
         }
         let mut state = self.rules.fresh();

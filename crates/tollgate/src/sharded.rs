@@ -102,6 +102,21 @@ pub(crate) struct Located<'a, K, V> {
     pub(crate) shard: MutexGuard<'a, Shard<K, V>>,
 }
 
+impl<K, V> Located<'_, K, V> {
+    /// The value stored for `key` in the located shard, if any.
+    #[inline(always)]
+    pub(crate) fn get_mut<Q>(&mut self, key: &Q) -> Option<&mut V>
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
+        self.shard
+            .table
+            .find_mut(self.hash, |(k, _)| k.borrow() == key)
+            .map(|(_, v)| v)
+    }
+}
+
 impl<K: Hash + Eq, V> ShardedMap<K, V> {
     /// An empty map laid out as `sizing` says.
     pub(crate) fn new(sizing: Sizing) -> Self {
