@@ -189,6 +189,17 @@ mod tests {
             }
             assert!(encode(&limit(algorithm, 50_000, day, 50_000)).is_ok());
         }
+        // The bucket range the README states.
+        let (second, hour) = (1_000_000_000, 3_600_000_000_000);
+        for algorithm in [
+            Algorithm::TokenBucket,
+            Algorithm::Gcra,
+            Algorithm::LeakyQueue,
+        ] {
+            assert!(encode(&limit(algorithm, 3, second, 3)).is_ok());
+            assert!(encode(&limit(algorithm, 7, hour - 1_000_000, 1_000_000)).is_ok());
+            assert!(encode(&limit(algorithm, 7, day - 1_000_000, 10_000)).is_ok());
+        }
     }
 
     #[test]
