@@ -92,8 +92,7 @@ impl<K: Hash + Eq, R: Rules> Keyed<K, R> {
             // Nothing changed: a fresh key needs no entry.
             return Ok(decision);
         }
-        if self.make_room(&mut located, now, bounds) {
-            self.add(&mut located, key.to_owned(), state, now, bounds);
+        if self.track(&mut located, key, state, now, bounds) {
             return Ok(decision);
         }
         match bounds.on_full {
@@ -138,6 +137,26 @@ impl<K: Hash + Eq, R: Rules> Keyed<K, R> {
             retry_after: RetryAfter::After(retry_after),
             ..self.rules.preview(&self.rules.fresh(), 0, cost)
         }
+    }
+
+    /// Stores a charged new key if there is room (made by evicting idle keys
+    /// of its shard when the table is full). False if there is none.
+    fn track<Q>(
+        &self,
+        located: &mut Located<'_, K, R::State>,
+        key: &Q,
+        state: R::State,
+        now: u64,
+        bounds: &Bounds,
+    ) -> bool
+    where
+        Q: ToOwned<Owned = K> + ?Sized,
+    {
+        if !self.make_room(located, now, bounds) {
+            return false;
+        }
+        self.add(located, key.to_owned(), state, now, bounds);
+        true
     }
 
     /// Counts a new key in, evicting idle keys of its shard if the table is
@@ -274,12 +293,11 @@ impl<K: Hash + Eq, R: Rules> Keyed<K, R> {
         if cost == 0 {
             return Ok(reserved);
         }
-        if !self.make_room(&mut located, now, bounds) {
+        if !self.track(&mut located, key, state, now, bounds) {
             return Err(WaitError::Full(LimiterFull {
                 max_keys: bounds.max_keys,
             }));
         }
-        self.add(&mut located, key.to_owned(), state, now, bounds);
         Ok(reserved)
     }
 
