@@ -3,5 +3,6 @@
 
 pub mod atomic_file;
 pub mod duration;
+pub mod escape;
 pub mod rule_args;
 pub mod trace;

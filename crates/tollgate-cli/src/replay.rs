@@ -10,6 +10,8 @@ use tollgate_cli::rule_args::RuleArgs;
 use tollgate_cli::trace;
 use tollgate_core::Limit;
 
+use crate::timeout::Timeout;
+
 /// Big enough that reads and writes are rare next to the parsing.
 const IO_BUFFER_BYTES: usize = 256 * 1024;
 
@@ -34,17 +36,20 @@ pub struct Args {
     /// Times must be whole microseconds; durations are rounded up to one.
     #[arg(long, value_name = "URL")]
     store: Option<String>,
+    #[command(flatten)]
+    timeout: Timeout,
 }
 
 /// Through the store when `--store` is given, else in process.
 fn replay_through<W: std::io::Write>(
     store: Option<&str>,
+    timeout: &Timeout,
     rule: Limit,
     input: impl io::BufRead,
     output: W,
 ) -> anyhow::Result<()> {
     match store {
-        Some(url) => crate::store::replay(url, rule, input, output).map(drop),
+        Some(url) => crate::store::replay(url, rule, timeout.duration(), input, output).map(drop),
         None => trace::replay(rule, input, output)
             .map(drop)
             .map_err(Into::into),
@@ -71,6 +76,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 .with_context(|| format!("cannot create `{}`", path.display()))?;
             replay_through(
                 args.store.as_deref(),
+                &args.timeout,
                 rule,
                 input,
                 BufWriter::with_capacity(IO_BUFFER_BYTES, &mut file),
@@ -82,6 +88,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             let stdout = io::stdout();
             replay_through(
                 args.store.as_deref(),
+                &args.timeout,
                 rule,
                 input,
                 BufWriter::with_capacity(IO_BUFFER_BYTES, stdout.lock()),
