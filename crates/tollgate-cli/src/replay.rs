@@ -5,7 +5,7 @@ use std::io::{self, BufReader, BufWriter};
 use std::path::PathBuf;
 
 use anyhow::Context;
-use tollgate_cli::atomic_file::AtomicFile;
+use tollgate_cli::output_file::OutputFile;
 use tollgate_cli::rule_args::RuleArgs;
 use tollgate_cli::trace;
 use tollgate_core::Limit;
@@ -27,8 +27,10 @@ pub struct Args {
     /// The trace to read; standard input when absent.
     #[arg(long, value_name = "FILE")]
     input: Option<PathBuf>,
-    /// Where to write the decisions; standard output when absent. Written
-    /// in full or not at all.
+    /// Where to write the decisions; standard output when absent. A regular
+    /// file (or a symbolic link's target) is replaced in one step once the
+    /// run succeeded, keeping its permissions; a FIFO or device is written
+    /// directly, as it goes.
     #[arg(long, value_name = "FILE")]
     output: Option<PathBuf>,
     /// Replay through a shared store instead of in process, with the trace's
@@ -72,7 +74,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 
     match &args.output {
         Some(path) => {
-            let mut file = AtomicFile::create(path)
+            let mut file = OutputFile::create(path)
                 .with_context(|| format!("cannot create `{}`", path.display()))?;
             replay_through(
                 args.store.as_deref(),
