@@ -48,7 +48,13 @@ fn replay_through_redis_matches_the_in_process_replay_line_by_line() {
     }
     let server = RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
     let trace = trace();
-    for algorithm in Algorithm::ALL {
+    // Every algorithm with a burst of 3, and burst 0 where it is accepted:
+    // no queue for the shaper, ignored by a window.
+    let rules = Algorithm::ALL
+        .map(|a| (a, "3"))
+        .into_iter()
+        .chain([(Algorithm::LeakyQueue, "0"), (Algorithm::FixedWindow, "0")]);
+    for (algorithm, burst) in rules {
         let args = [
             "replay",
             "--algorithm",
@@ -58,7 +64,7 @@ fn replay_through_redis_matches_the_in_process_replay_line_by_line() {
             "--period",
             "999999937ns",
             "--burst",
-            "3",
+            burst,
         ];
         let local = tollgate(&args, &trace);
         let url = server.url();
