@@ -1,5 +1,5 @@
 //! The replay engine: streams a CSV trace of requests through one rule and
-//! writes one decision line per request (`SPEC.md`, "Trace format").
+//! writes one decision line per request (`docs/SEMANTICS.md`, "Trace format").
 //!
 //! Input is read line by line into one reused buffer and output goes through
 //! the caller's writer, so memory is bounded by the longest line plus the

@@ -1,6 +1,6 @@
 //! Shared by the property tests: random quotas and traces, a driver that
 //! tracks each key's effective clock, exact rational arithmetic and
-//! independent reference models of every algorithm written from `SPEC.md`.
+//! independent reference models of every algorithm written from `docs/SEMANTICS.md`.
 //!
 //! Each test binary uses a different subset of these helpers, so unused ones
 //! are expected per binary.
