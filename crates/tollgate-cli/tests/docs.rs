@@ -84,15 +84,7 @@ fn the_readme_states_the_clock_rule_replay_applies() {
     // decided at 120 (had the denial moved the clock, at 150: a wait of 50
     // ns); one at 90 at the charge's time, 100.
     let out = common::run(
-        &[
-            "replay",
-            "--algorithm",
-            "gcra",
-            "--limit",
-            "1",
-            "--period",
-            "100ns",
-        ],
+        &common::replay_args(["gcra", "1", "100ns"], &[]),
         "t_ns,key,cost\n100,k,1\n150,k,1\n120,k,1\n90,k,1\n",
     );
     let stdout = String::from_utf8(out.stdout).unwrap();

@@ -2,19 +2,10 @@
 //! its control characters escaped, nothing at all for a closed pipe.
 
 use std::io::{BufRead, BufReader, Write};
-use std::process::{Command, Stdio};
 
 mod common;
 
-const GCRA: [&str; 7] = [
-    "replay",
-    "--algorithm",
-    "gcra",
-    "--limit",
-    "1",
-    "--period",
-    "1s",
-];
+const GCRA: [&str; 3] = ["gcra", "1", "1s"];
 
 fn stderr_of(args: &[&str], stdin: &str) -> (Option<i32>, String) {
     let out = common::run(args, stdin);
@@ -27,13 +18,7 @@ fn stderr_of(args: &[&str], stdin: &str) -> (Option<i32>, String) {
 /// `tollgate replay ... | head -1`: the reader leaves after one line.
 #[test]
 fn a_closed_output_pipe_ends_the_run_quietly() {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
-        .args(GCRA)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = common::spawn(&common::replay_args(GCRA, &[]));
     let mut input = child.stdin.take().unwrap();
     let feeder = std::thread::spawn(move || {
         let mut trace = String::from("t_ns,key,cost\n");
@@ -58,7 +43,7 @@ fn a_closed_output_pipe_ends_the_run_quietly() {
 fn an_io_error_is_named_once() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().to_str().unwrap();
-    let (code, stderr) = stderr_of(&[&GCRA[..], &["--input", path]].concat(), "");
+    let (code, stderr) = stderr_of(&common::replay_args(GCRA, &["--input", path]), "");
     assert_eq!(code, Some(1));
     assert_eq!(
         stderr,
@@ -71,19 +56,22 @@ fn an_io_error_is_named_once() {
 #[test]
 fn control_characters_from_the_input_are_escaped() {
     let title = "\x1b]0;owned\x07";
-    let (code, stderr) = stderr_of(&GCRA, &format!("t_ns,key,cost\n1,a,{title}\r\n"));
+    let (code, stderr) = stderr_of(
+        &common::replay_args(GCRA, &[]),
+        &format!("t_ns,key,cost\n1,a,{title}\r\n"),
+    );
     assert_eq!(code, Some(1));
     assert_eq!(
         stderr,
         "tollgate: line 2: cost `\\x1b]0;owned\\x07` is not a non-negative integer\n"
     );
-    let (_, stderr) = stderr_of(&GCRA, "t_ns,key,cost\r\r\n");
+    let (_, stderr) = stderr_of(&common::replay_args(GCRA, &[]), "t_ns,key,cost\r\r\n");
     assert!(stderr.contains("bad header `t_ns,key,cost\\r`"), "{stderr}");
 
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("in\rput\x1b[2J.csv");
     let missing = missing.to_str().unwrap();
-    let (_, stderr) = stderr_of(&[&GCRA[..], &["--input", missing]].concat(), "");
+    let (_, stderr) = stderr_of(&common::replay_args(GCRA, &["--input", missing]), "");
     assert!(stderr.contains("in\\rput\\x1b[2J.csv"), "{stderr}");
 
     let flag = [
@@ -100,8 +88,11 @@ fn control_characters_from_the_input_are_escaped() {
     assert!(stderr.contains("gc\\x1b[31mra"), "{stderr}");
 
     for (_, stderr) in [
-        stderr_of(&GCRA, &format!("t_ns,key,cost\n1,a,{title}\r\n")),
-        stderr_of(&[&GCRA[..], &["--input", missing]].concat(), ""),
+        stderr_of(
+            &common::replay_args(GCRA, &[]),
+            &format!("t_ns,key,cost\n1,a,{title}\r\n"),
+        ),
+        stderr_of(&common::replay_args(GCRA, &["--input", missing]), ""),
         stderr_of(&flag, ""),
     ] {
         let raw: Vec<char> = stderr

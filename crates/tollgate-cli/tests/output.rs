@@ -9,10 +9,13 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
+
+use common::entries;
+
+const GCRA: [&str; 3] = ["gcra", "1", "1s"];
 
 const TRACE: &str = "t_ns,key,cost\n0,k,1\n0,k,1\n";
 const DECISIONS: &str =
@@ -20,32 +23,14 @@ const DECISIONS: &str =
 
 /// Replays [`TRACE`] into `output`, which must succeed.
 fn replay_into(output: &Path) {
+    let args = ["fixed_window", "1", "1s"];
     let out = common::run(
-        &[
-            "replay",
-            "--algorithm",
-            "fixed_window",
-            "--limit",
-            "1",
-            "--period",
-            "1s",
-            "--output",
-            output.to_str().unwrap(),
-        ],
+        &common::replay_args(args, &["--output", output.to_str().unwrap()]),
         TRACE,
     );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(out.stdout.is_empty() && stderr.is_empty(), "{stderr}");
-}
-
-fn names(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
-    names
 }
 
 fn mode(path: &Path) -> u32 {
@@ -66,7 +51,7 @@ fn a_regular_file_is_replaced_keeping_its_mode() {
         replay_into(&file);
         assert_eq!(fs::read_to_string(&file).unwrap(), DECISIONS);
         assert_eq!(mode(&file), bits);
-        assert_eq!(names(dir.path()), ["out.csv"]);
+        assert_eq!(entries(dir.path()), ["out.csv"]);
     }
 }
 
@@ -88,7 +73,7 @@ fn a_symbolic_link_is_followed_and_kept() {
     assert_eq!(mode(&real), 0o600);
     assert_eq!(fs::read_link(&link).unwrap(), Path::new("hop.csv"));
     assert_eq!(fs::read_link(&hop).unwrap(), Path::new("data/real.csv"));
-    assert_eq!(names(&data), ["real.csv"]);
+    assert_eq!(entries(&data), ["real.csv"]);
 
     // A link to a file that does not exist yet creates that file.
     let dangling = dir.path().join("dangling.csv");
@@ -111,7 +96,7 @@ fn a_fifo_is_written_and_kept() {
     // Checked first: had the FIFO been replaced, the reader would wait on
     // it forever.
     assert!(fs::metadata(&fifo).unwrap().file_type().is_fifo());
-    assert_eq!(names(dir.path()), ["fifo"]);
+    assert_eq!(entries(dir.path()), ["fifo"]);
     assert_eq!(reader.join().unwrap(), DECISIONS);
 }
 
@@ -128,7 +113,7 @@ fn a_character_device_is_written_and_kept() {
         .unwrap()
         .file_type()
         .is_char_device());
-    assert_eq!(names(dir.path()), ["null"]);
+    assert_eq!(entries(dir.path()), ["null"]);
 
     // A device node of our own, where we may make one (as root).
     let node = dir.path().join("node");
@@ -136,27 +121,15 @@ fn a_character_device_is_written_and_kept() {
     if unsafe { libc::mknod(c_path(&node).as_ptr(), libc::S_IFCHR | 0o666, dev_null) } == 0 {
         replay_into(&node);
         assert!(fs::metadata(&node).unwrap().file_type().is_char_device());
-        assert_eq!(names(dir.path()), ["node", "null"]);
+        assert_eq!(entries(dir.path()), ["node", "null"]);
     }
 }
 
 #[test]
 fn a_directory_is_refused_by_name() {
     let dir = tempfile::tempdir().unwrap();
-    let out = common::run(
-        &[
-            "replay",
-            "--algorithm",
-            "gcra",
-            "--limit",
-            "1",
-            "--period",
-            "1s",
-            "--output",
-            dir.path().to_str().unwrap(),
-        ],
-        TRACE,
-    );
+    let output = ["--output", dir.path().to_str().unwrap()];
+    let out = common::run(&common::replay_args(GCRA, &output), TRACE);
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(
         String::from_utf8_lossy(&out.stderr),
@@ -165,7 +138,7 @@ fn a_directory_is_refused_by_name() {
             dir.path().display()
         )
     );
-    assert!(names(dir.path()).is_empty());
+    assert!(entries(dir.path()).is_empty());
 }
 
 /// A replay into an existing file, stopped by `signal` while it waits for
@@ -175,28 +148,15 @@ fn interrupted_by(signal: i32) {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("out.csv");
     fs::write(&file, "old").unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
-        .args([
-            "replay",
-            "--algorithm",
-            "gcra",
-            "--limit",
-            "1",
-            "--period",
-            "1s",
-        ])
-        .arg("--output")
-        .arg(&file)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = common::spawn(&common::replay_args(
+        GCRA,
+        &["--output", file.to_str().unwrap()],
+    ));
     let mut stdin = child.stdin.take().unwrap();
     stdin.write_all(TRACE.as_bytes()).unwrap();
     // The temporary file exists once the handler is in place.
     let start = Instant::now();
-    while names(dir.path()).len() < 2 {
+    while entries(dir.path()).len() < 2 {
         assert!(
             start.elapsed() < Duration::from_secs(30),
             "no temporary file"
@@ -209,7 +169,7 @@ fn interrupted_by(signal: i32) {
     let mut stderr = String::new();
     child.stderr.unwrap().read_to_string(&mut stderr).unwrap();
     assert_eq!(status.signal(), Some(signal), "{stderr}");
-    assert_eq!(names(dir.path()), ["out.csv"]);
+    assert_eq!(entries(dir.path()), ["out.csv"]);
     assert_eq!(fs::read_to_string(&file).unwrap(), "old");
 }
 

@@ -1,10 +1,11 @@
 //! `tollgate replay` end to end: the built binary on small traces.
 
 use std::fs;
-use std::path::Path;
 use std::process::Output;
 
 mod common;
+
+use common::entries;
 
 const S: u64 = 1_000_000_000;
 const MS: u64 = 1_000_000;
@@ -309,15 +310,6 @@ fn assert_fails(args: &[&str], stdin: &str, code: i32, message: &str) {
     assert!(!fresh.exists(), "{args:?} created its output");
     assert_eq!(fs::read_to_string(&kept).unwrap(), "precious\n");
     assert_eq!(entries(dir.path()), ["kept.csv"], "{args:?} left a file");
-}
-
-fn entries(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
-    names
 }
 
 const GCRA: [&str; 6] = ["--algorithm", "gcra", "--limit", "10", "--period", "1s"];
