@@ -1,6 +1,6 @@
 #!lua name=tollgate
 --[[
-tollgate: the seven rate-limiting algorithms of docs/SEMANTICS.md as one Redis Function,
+tollgate: the seven rate-limiting algorithms of SPEC.md as one Redis Function,
 `tollgate_decide`. The same file runs through EVALSHA on servers without
 Functions (the Rust side wraps it, see src/script.rs).
 
