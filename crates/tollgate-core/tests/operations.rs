@@ -31,8 +31,16 @@ fn retry_is_exact(state: &State, quota: &Quota, at: u64, cost: u64) -> Result<()
         let Some(then) = at.checked_add(wait) else {
             return Ok(());
         };
-        prop_assert!(state.preview(quota, then, cost).allowed, "not admitted after {}", wait);
-        prop_assert!(!state.preview(quota, then - 1, cost).allowed, "admitted before {}", wait);
+        prop_assert!(
+            state.preview(quota, then, cost).allowed,
+            "not admitted after {}",
+            wait
+        );
+        prop_assert!(
+            !state.preview(quota, then - 1, cost).allowed,
+            "admitted before {}",
+            wait
+        );
     }
     Ok(())
 }
@@ -251,7 +259,10 @@ fn forced_window_count_passes_the_limit() {
     let quota = Quota::new(10, 1_000).unwrap();
     let mut key = State::new(Algorithm::FixedWindow, &quota);
     assert_eq!(key.force(&quota, 100, 25).remaining, 0);
-    assert_eq!(key.decide(&quota, 200, 1).retry_after, RetryAfter::After(800));
+    assert_eq!(
+        key.decide(&quota, 200, 1).retry_after,
+        RetryAfter::After(800)
+    );
     assert!(key.decide(&quota, 1_000, 10).allowed);
 }
 
@@ -260,5 +271,8 @@ fn sliding_log_refuses_a_lease() {
     let quota = Quota::per_second(10).unwrap();
     let mut key = State::new(Algorithm::SlidingLog, &quota);
     let err = key.lease(&quota, 0, 5).unwrap_err();
-    assert!(err.to_string().contains("sliding_log cannot lease"), "{err}");
+    assert!(
+        err.to_string().contains("sliding_log cannot lease"),
+        "{err}"
+    );
 }
