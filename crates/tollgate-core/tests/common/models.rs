@@ -92,7 +92,7 @@ impl Model {
 }
 
 impl Model {
-    /// Charges `cost` whatever the state (SPEC's `force`) and reports the
+    /// Charges `cost` whatever the state (`force` in docs/SEMANTICS.md) and reports the
     /// key's numbers after it.
     pub fn force(&mut self, now: u64, cost: u64) -> Decision {
         let now = now.max(self.last);
