@@ -125,20 +125,27 @@ fn a_character_device_is_written_and_kept() {
     }
 }
 
-#[test]
-fn a_directory_is_refused_by_name() {
-    let dir = tempfile::tempdir().unwrap();
-    let output = ["--output", dir.path().to_str().unwrap()];
+/// Runs a replay into `target`, which must be refused with `why`.
+fn refused(target: &Path, why: &str) {
+    let output = ["--output", target.to_str().unwrap()];
     let out = common::run(&common::replay_args(GCRA, &output), TRACE);
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(
         String::from_utf8_lossy(&out.stderr),
-        format!(
-            "tollgate: cannot create `{}`: it is a directory\n",
-            dir.path().display()
-        )
+        format!("tollgate: cannot create `{}`: {why}\n", target.display())
     );
+}
+
+#[test]
+fn a_directory_or_a_socket_is_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    refused(dir.path(), "it is a directory");
     assert!(entries(dir.path()).is_empty());
+    let socket = dir.path().join("socket");
+    let _listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    refused(&socket, "it is a socket");
+    assert!(fs::metadata(&socket).unwrap().file_type().is_socket());
+    assert_eq!(entries(dir.path()), ["socket"]);
 }
 
 /// A replay into an existing file, stopped by `signal` while it waits for
