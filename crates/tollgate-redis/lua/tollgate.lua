@@ -9,6 +9,7 @@ reports the function missing and the client loads this one.
 
 FCALL tollgate_v2 <nkeys> <keys...> <now_us> <ttl_floor_ms> <op> <amount> <n>
       then per limit: <algorithm> <cap> <x> <y> <max>
+FCALL_RO tollgate_v2_peek ... the same arguments, for a check of cost 0
 
   now_us        the request time in microseconds, or "" for the server's TIME
   ttl_floor_ms  the least TTL given to a charged key (0 with the server clock;
@@ -560,3 +561,7 @@ local function run(keys, args)
 end
 
 redis.register_function('tollgate_v2', run)
+-- The same entry point for peeks (a check of cost 0), declared read-only:
+-- callable with FCALL_RO, on replicas, and on a full server (maxmemory with
+-- noeviction), where Redis refuses functions that may write.
+redis.register_function { function_name = 'tollgate_v2_peek', callback = run, flags = { 'no-writes' } }

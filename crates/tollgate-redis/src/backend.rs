@@ -1,6 +1,8 @@
 //! [`RedisBackend`]: the [`Backend`] of `tollgate` on Redis or Redis Cluster.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::{Cmd, ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
@@ -83,23 +85,28 @@ impl RedisConfig {
         self
     }
 
-    /// Connects and loads the library, within the connect deadline.
+    /// Connects (and, on one server, checks the credentials with a `PING`)
+    /// within the connect deadline. The library is not loaded here: the
+    /// first call that finds it missing loads it on the node owning its key,
+    /// so connecting writes nothing (a full server still serves peeks) and
+    /// touches no other node of a cluster.
     pub async fn connect(self) -> Result<RedisBackend, BackendError> {
         let deadline = self.connect_timeout;
         let keys = KeySpace::new(self.prefix.clone())?;
         let setup = async {
             let mut conn = Conn::connect(&self.url, deadline).await?;
-            let mode = load(&mut conn, self.mode).await?;
-            Ok::<_, RedisError>((conn, mode))
+            conn.ping().await?;
+            Ok::<_, RedisError>(conn)
         };
-        let (conn, mode) = tokio::time::timeout(deadline, setup)
+        let conn = tokio::time::timeout(deadline, setup)
             .await
             .map_err(|_| BackendError::Timeout(deadline))?
             .map_err(|e| classify(e, deadline))?;
         Ok(RedisBackend {
             conn,
             keys,
-            mode,
+            mode: self.mode,
+            eval: Arc::new(AtomicBool::new(self.mode == ScriptMode::Eval)),
             timeout: self.timeout,
             replay_ttl_ms: u64::try_from(self.replay_ttl.as_millis()).unwrap_or(u64::MAX),
         })
@@ -123,6 +130,10 @@ pub struct RedisBackend {
     conn: Conn,
     keys: KeySpace,
     mode: ScriptMode,
+    /// Whether calls go through `EVALSHA`: from the start in
+    /// [`ScriptMode::Eval`], from the first server without Functions in
+    /// [`ScriptMode::Auto`]; shared by the clones.
+    eval: Arc<AtomicBool>,
     timeout: Duration,
     replay_ttl_ms: u64,
 }
@@ -141,9 +152,11 @@ impl RedisBackend {
         policy.limits().iter().try_for_each(|l| encode(l).map(drop))
     }
 
-    /// Whether decisions use Redis Functions (`FCALL`) rather than `EVALSHA`.
+    /// Whether calls use Redis Functions (`FCALL`) rather than `EVALSHA`.
+    /// In [`ScriptMode::Auto`], Functions until a server turns out not to
+    /// have them.
     pub fn uses_functions(&self) -> bool {
-        self.mode == ScriptMode::Functions
+        !self.eval.load(Ordering::Relaxed)
     }
 
     /// The Redis keys holding `key`'s state under `policy`.
@@ -201,57 +214,104 @@ impl RedisBackend {
     ) -> Result<Lease, BackendError> {
         let (name, amount) = op.encode(policy)?;
         let keys = self.redis_keys(key, policy)?;
-        let mut cmd = self.invocation(&keys);
-        match now_us {
-            Some(t) => cmd.arg(t).arg(self.replay_ttl_ms),
-            None => cmd.arg("").arg(0),
+        let limits = policy
+            .limits()
+            .iter()
+            .map(encode)
+            .collect::<Result<Vec<_>, _>>()?;
+        let args = |cmd: &mut Cmd| {
+            match now_us {
+                Some(t) => cmd.arg(t).arg(self.replay_ttl_ms),
+                None => cmd.arg("").arg(0),
+            };
+            cmd.arg(name).arg(amount).arg(limits.len());
+            for e in &limits {
+                cmd.arg(e.algorithm).arg(e.cap).arg(e.x).arg(e.y).arg(e.max);
+            }
         };
-        cmd.arg(name).arg(amount).arg(policy.limits().len());
-        for limit in policy.limits() {
-            let e = encode(limit)?;
-            cmd.arg(e.algorithm).arg(e.cap).arg(e.x).arg(e.y).arg(e.max);
-        }
-        let reply = self.run(&cmd, &keys[0]).await?;
+        let peek = op == Operation::Check(0);
+        let reply = self.script(&keys, peek, args).await?;
         let reply: Vec<i64> = redis::from_redis_value(reply)
             .map_err(|e| BackendError::Store(format!("unexpected reply: {e}")))?;
         to_lease(&reply, policy.limits())
     }
 
-    /// `FCALL` or `EVALSHA` with `keys`, arguments to follow.
-    fn invocation(&self, keys: &[String]) -> Cmd {
-        let mut cmd = match self.mode {
-            ScriptMode::Eval => {
-                let mut c = redis::cmd("EVALSHA");
-                c.arg(script::eval_sha());
-                c
-            }
-            _ => {
-                let mut c = redis::cmd("FCALL");
-                c.arg(script::FUNCTION);
-                c
+    /// Runs the script on `keys` (arguments from `args`) within the
+    /// deadline, on the node owning them. A server that lost the library
+    /// (restart, failover, `FUNCTION FLUSH`, or never given it) gets it
+    /// loaded, on that node only, and the call is made again; in
+    /// [`ScriptMode::Auto`] a server without Functions switches every clone
+    /// to `EVALSHA`.
+    async fn script(
+        &self,
+        keys: &[String],
+        peek: bool,
+        args: impl Fn(&mut Cmd),
+    ) -> Result<Value, BackendError> {
+        let mut conn = self.conn.clone();
+        let key = &keys[0];
+        let attempt = async {
+            let mut reloaded = false;
+            loop {
+                let eval = self.eval.load(Ordering::Relaxed);
+                let mut cmd = invocation(eval, peek, keys);
+                args(&mut cmd);
+                match conn.on_key(&cmd, key).await {
+                    Err(e) if lost_script(&e) && !reloaded => {
+                        reloaded = true;
+                        conn.on_key(&library(eval), key).await?;
+                    }
+                    Err(e) if !eval && self.mode == ScriptMode::Auto && unknown_command(&e) => {
+                        self.eval.store(true, Ordering::Relaxed);
+                    }
+                    reply => return reply,
+                }
             }
         };
-        cmd.arg(keys.len()).arg(keys);
-        cmd
+        self.within_deadline(attempt).await
     }
 
-    /// Runs `cmd` within the deadline, reloading the library once if the
-    /// server lost it (restart, failover, `FUNCTION FLUSH`).
+    /// Runs a plain command on the node owning `key`, within the deadline.
     async fn run(&self, cmd: &Cmd, key: &str) -> Result<Value, BackendError> {
         let mut conn = self.conn.clone();
-        let attempt = async {
-            match conn.on_key(cmd, key).await {
-                Err(e) if lost_script(&e) => {
-                    load(&mut conn, self.mode).await?;
-                    conn.on_key(cmd, key).await
-                }
-                other => other,
-            }
-        };
-        tokio::time::timeout(self.timeout, attempt)
+        self.within_deadline(conn.on_key(cmd, key)).await
+    }
+
+    async fn within_deadline(
+        &self,
+        call: impl Future<Output = RedisResult<Value>>,
+    ) -> Result<Value, BackendError> {
+        tokio::time::timeout(self.timeout, call)
             .await
             .map_err(|_| BackendError::Timeout(self.timeout))?
             .map_err(|e| classify(e, self.timeout))
+    }
+}
+
+/// `FCALL` (`FCALL_RO` of the read-only twin for a peek) or `EVALSHA`
+/// with `keys`, arguments to follow.
+fn invocation(eval: bool, peek: bool, keys: &[String]) -> Cmd {
+    let mut cmd = match (eval, peek) {
+        (true, _) => redis::cmd("EVALSHA").arg(script::eval_sha()).take(),
+        (false, false) => redis::cmd("FCALL").arg(script::FUNCTION).take(),
+        (false, true) => redis::cmd("FCALL_RO").arg(script::PEEK_FUNCTION).take(),
+    };
+    cmd.arg(keys.len()).arg(keys);
+    cmd
+}
+
+/// The command that loads the library (`FUNCTION LOAD REPLACE`) or the
+/// `EVAL` script (`SCRIPT LOAD`).
+fn library(eval: bool) -> Cmd {
+    if eval {
+        redis::cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(script::eval_script())
+            .take()
+    } else {
+        let mut load = redis::cmd("FUNCTION");
+        load.arg("LOAD").arg("REPLACE").arg(script::LIBRARY);
+        load
     }
 }
 
@@ -346,24 +406,6 @@ fn encode(limit: &Limit) -> Result<Encoded, BackendError> {
     exact::encode(limit).map_err(|e| BackendError::UnsupportedPolicy(e.to_string()))
 }
 
-/// Loads the library as `mode` asks and returns the mode in use: `Auto`
-/// becomes `Functions`, or `Eval` when the server does not know `FUNCTION`.
-async fn load(conn: &mut Conn, mode: ScriptMode) -> RedisResult<ScriptMode> {
-    if mode != ScriptMode::Eval {
-        let mut cmd = redis::cmd("FUNCTION");
-        cmd.arg("LOAD").arg("REPLACE").arg(script::LIBRARY);
-        match conn.everywhere(&cmd).await {
-            Ok(_) => return Ok(ScriptMode::Functions),
-            Err(e) if mode == ScriptMode::Auto && unknown_command(&e) => {}
-            Err(e) => return Err(e),
-        }
-    }
-    let mut cmd = redis::cmd("SCRIPT");
-    cmd.arg("LOAD").arg(script::eval_script());
-    conn.everywhere(&cmd).await?;
-    Ok(ScriptMode::Eval)
-}
-
 fn unknown_command(e: &RedisError) -> bool {
     e.to_string()
         .to_ascii_lowercase()
@@ -383,6 +425,10 @@ fn lost_script(e: &RedisError) -> bool {
 fn classify(e: RedisError, deadline: Duration) -> BackendError {
     if e.code() == Some(OUT_OF_RANGE) {
         BackendError::OutOfRange(e.detail().unwrap_or_default().to_string())
+    } else if e.kind() == ErrorKind::AuthenticationFailed
+        || matches!(e.code(), Some("NOAUTH" | "WRONGPASS"))
+    {
+        BackendError::Unauthorized(e.to_string())
     } else if e.is_timeout() {
         BackendError::Timeout(deadline)
     } else if e.is_io_error()

@@ -47,11 +47,14 @@ impl Conn {
             return Ok(Conn::Cluster(client.get_async_connection().await?));
         }
         let client = redis::Client::open(url)?;
+        // One connection attempt per reconnection, no backoff: a call made
+        // while nothing listens fails at once as refused (`Unavailable`)
+        // instead of waiting out its deadline in retries, and the next call
+        // tries again.
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(timeout))
             .set_response_timeout(Some(timeout))
-            .set_number_of_retries(2)
-            .set_max_delay(Duration::from_millis(50));
+            .set_number_of_retries(0);
         Ok(Conn::Single(
             ConnectionManager::new_with_config(client, config).await?,
         ))
@@ -74,14 +77,13 @@ impl Conn {
         reply.and_then(Value::extract_error)
     }
 
-    /// Runs a keyless administrative command (`FUNCTION LOAD`, `SCRIPT
-    /// LOAD`); the cluster client sends those to every primary (or node) and
-    /// fails unless all succeed.
-    pub async fn everywhere(&mut self, cmd: &Cmd) -> RedisResult<Value> {
-        let reply = match self {
-            Conn::Single(c) => cmd.query_async(c).await,
-            Conn::Cluster(c) => cmd.query_async(c).await,
-        };
-        reply.and_then(Value::extract_error)
+    /// Checks that one server answers and accepts the credentials (a
+    /// missing password shows only at the first command). A cluster client
+    /// has already talked to its nodes to learn the slots.
+    pub async fn ping(&mut self) -> RedisResult<()> {
+        match self {
+            Conn::Single(c) => redis::cmd("PING").query_async(c).await,
+            Conn::Cluster(_) => Ok(()),
+        }
     }
 }

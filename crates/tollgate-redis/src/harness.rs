@@ -50,16 +50,34 @@ pub struct RedisServer {
     port: u16,
     dir: PathBuf,
     extra: Vec<String>,
+    password: Option<String>,
     child: Option<Child>,
 }
 
 impl RedisServer {
     /// Starts a standalone server (with `DEBUG` enabled for local clients).
     pub fn start() -> Result<Self, HarnessError> {
-        Self::start_with(free_port(0)?, Vec::new())
+        Self::start_with(free_port(0)?, Vec::new(), None)
     }
 
-    fn start_with(port: u16, extra: Vec<String>) -> Result<Self, HarnessError> {
+    /// Starts a standalone server that requires `password` (`requirepass`).
+    pub fn start_with_password(password: &str) -> Result<Self, HarnessError> {
+        let extra = vec!["--requirepass".into(), password.into()];
+        Self::start_with(free_port(0)?, extra, Some(password.into()))
+    }
+
+    /// Starts a standalone server with extra `redis-server` arguments (for
+    /// example `--maxmemory 1mb`).
+    pub fn start_with_args(args: &[&str]) -> Result<Self, HarnessError> {
+        let extra = args.iter().map(|a| a.to_string()).collect();
+        Self::start_with(free_port(0)?, extra, None)
+    }
+
+    fn start_with(
+        port: u16,
+        extra: Vec<String>,
+        password: Option<String>,
+    ) -> Result<Self, HarnessError> {
         let dir =
             std::env::temp_dir().join(format!("tollgate-redis-{}-{port}", std::process::id()));
         std::fs::create_dir_all(&dir).map_err(|e| HarnessError::Failed(e.to_string()))?;
@@ -67,6 +85,7 @@ impl RedisServer {
             port,
             dir,
             extra,
+            password,
             child: None,
         };
         server.spawn()?;
@@ -89,7 +108,12 @@ impl RedisServer {
                 _ => HarnessError::Failed(e.to_string()),
             })?;
         self.child = Some(child);
-        wait_until(|| ping(self.port), "redis-server to answer PING")
+        wait_until(|| self.ping(), "redis-server to answer PING")
+    }
+
+    fn ping(&self) -> bool {
+        TcpStream::connect(("127.0.0.1", self.port)).is_ok()
+            && self.cli(&["ping"]).is_ok_and(|out| out.trim() == "PONG")
     }
 
     /// The server's port on 127.0.0.1.
@@ -109,9 +133,48 @@ impl RedisServer {
         self.spawn()
     }
 
-    /// Runs `redis-cli` against this server and returns its output.
+    /// Runs `redis-cli` against this server (with its password, if it has
+    /// one) and returns its output.
     pub fn cli(&self, args: &[&str]) -> Result<String, HarnessError> {
-        cli(self.port, args)
+        match &self.password {
+            Some(password) => {
+                let mut with_auth = vec!["--no-auth-warning", "-a", password];
+                with_auth.extend(args);
+                cli(self.port, &with_auth)
+            }
+            None => cli(self.port, args),
+        }
+    }
+
+    /// Kills the server; [`RedisServer::restart`] starts it again.
+    pub fn kill(&mut self) {
+        self.stop();
+    }
+
+    /// Stops the process (`SIGSTOP`): connections stay open and nothing is
+    /// answered until [`RedisServer::resume`].
+    pub fn pause(&self) -> Result<(), HarnessError> {
+        self.signal("-STOP")
+    }
+
+    /// Resumes a paused server (`SIGCONT`).
+    pub fn resume(&self) -> Result<(), HarnessError> {
+        self.signal("-CONT")
+    }
+
+    fn signal(&self, signal: &str) -> Result<(), HarnessError> {
+        let child = self
+            .child
+            .as_ref()
+            .ok_or_else(|| HarnessError::Failed("the server is not running".into()))?;
+        let status = Command::new("kill")
+            .args([signal, &child.id().to_string()])
+            .status()
+            .map_err(|e| HarnessError::Failed(e.to_string()))?;
+        if !status.success() {
+            return Err(HarnessError::Failed(format!("kill {signal} failed")));
+        }
+        Ok(())
     }
 
     fn stop(&mut self) {
@@ -148,7 +211,7 @@ impl RedisCluster {
                 .into_iter()
                 .chain([format!("nodes-{port}.conf")])
                 .collect();
-            nodes.push(RedisServer::start_with(port, extra)?);
+            nodes.push(RedisServer::start_with(port, extra, None)?);
         }
         let addrs: Vec<String> = nodes
             .iter()
@@ -205,11 +268,6 @@ fn free_port(also_plus: u16) -> Result<u16, HarnessError> {
         }
     }
     Err(HarnessError::Failed("no free port pair found".into()))
-}
-
-fn ping(port: u16) -> bool {
-    TcpStream::connect(("127.0.0.1", port)).is_ok()
-        && cli(port, &["ping"]).is_ok_and(|out| out.trim() == "PONG")
 }
 
 fn cli(port: u16, args: &[&str]) -> Result<String, HarnessError> {
