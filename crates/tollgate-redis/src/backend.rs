@@ -94,7 +94,7 @@ impl RedisConfig {
         let deadline = self.connect_timeout;
         let keys = KeySpace::new(self.prefix.clone())?;
         let setup = async {
-            let mut conn = Conn::connect(&self.url, deadline).await?;
+            let mut conn = Conn::connect(&self.url, deadline, self.timeout).await?;
             conn.ping().await?;
             Ok::<_, RedisError>(conn)
         };

@@ -29,20 +29,25 @@ pub enum Conn {
 
 impl Conn {
     /// Connects to `url` (`redis://`, `rediss://`, `unix://` or
-    /// [`CLUSTER_SCHEME`]), each attempt bounded by `timeout`.
-    pub async fn connect(url: &str, timeout: Duration) -> RedisResult<Self> {
+    /// [`CLUSTER_SCHEME`]), each attempt bounded by `timeout`; `call` is the
+    /// deadline of each later call.
+    pub async fn connect(url: &str, timeout: Duration, call: Duration) -> RedisResult<Self> {
         if let Some(nodes) = url.strip_prefix(CLUSTER_SCHEME) {
             let nodes: Vec<String> = nodes
                 .split(',')
                 .filter(|n| !n.is_empty())
                 .map(|n| format!("redis://{n}"))
                 .collect();
+            // A node that does not answer (paused, overloaded) must not hold
+            // up the others: the client reconnects and refreshes its slot
+            // map holding a lock that every call waits for, so a connection
+            // attempt gets a quarter of a call's deadline and a reply the
+            // whole of it. The slots of that node then fail on their own.
+            // One retry follows a MOVED or ASK redirection.
             let client = ClusterClient::builder(nodes)
-                .connection_timeout(timeout)
-                .response_timeout(timeout)
-                .retries(2)
-                .min_retry_wait(5)
-                .max_retry_wait(50)
+                .connection_timeout(timeout.min(call) / 4)
+                .response_timeout(call)
+                .retries(1)
                 .build()?;
             return Ok(Conn::Cluster(client.get_async_connection().await?));
         }

@@ -341,3 +341,32 @@ async fn a_forced_charge_beyond_the_exact_range_is_refused_and_changes_nothing()
         assert_eq!(after.remaining, before.remaining, "{algorithm}");
     }
 }
+
+#[tokio::test]
+async fn a_full_server_still_serves_peeks_on_new_connections() {
+    let Some(server) = common::server() else {
+        return;
+    };
+    let p = policy(Algorithm::Gcra, 5, MINUTE);
+    let config = common::config(&server.url());
+    let redis = config.clone().connect().await.unwrap();
+    assert!(redis.check("full", &p, 2).await.unwrap().allowed);
+    // Full: nothing may be written any more.
+    server
+        .cli(&["config", "set", "maxmemory-policy", "noeviction"])
+        .unwrap();
+    server.cli(&["config", "set", "maxmemory", "1"]).unwrap();
+    // A new connection (as each `tollgate check` makes) loads nothing, and
+    // a peek writes nothing.
+    let fresh = config.connect().await.unwrap();
+    let peek = fresh.check("full", &p, 0).await.unwrap();
+    assert_eq!(peek.remaining, 3);
+    // A charge cannot be stored: a typed store error, not a wrong answer.
+    let charge = fresh.check("full", &p, 1).await;
+    assert!(
+        matches!(&charge, Err(BackendError::Store(m)) if m.contains("OOM")),
+        "{charge:?}"
+    );
+    server.cli(&["config", "set", "maxmemory", "0"]).unwrap();
+    assert!(fresh.check("full", &p, 1).await.unwrap().allowed);
+}
