@@ -9,7 +9,7 @@ use tokio::runtime::Runtime;
 use tollgate::Policy;
 use tollgate_cli::trace::{self, Summary};
 use tollgate_core::Limit;
-use tollgate_redis::{RedisBackend, RedisConfig, CLUSTER_SCHEME};
+use tollgate_redis::{redact, RedisBackend, RedisConfig, CLUSTER_SCHEME};
 
 /// Deadline of each store call from the command line: a one-off command can
 /// wait longer than a service on its request path would.
@@ -18,9 +18,11 @@ const CLI_TIMEOUT: Duration = Duration::from_secs(2);
 /// A runtime and a connected backend for `url` under `prefix`.
 pub fn connect(url: &str, prefix: &str) -> anyhow::Result<(Runtime, RedisBackend)> {
     let supported = ["redis://", "rediss://", "unix://", CLUSTER_SCHEME];
+    // Shown without its credentials, wherever it is shown.
+    let shown = redact(url);
     if !supported.iter().any(|scheme| url.starts_with(scheme)) {
         bail!(
-            "unsupported store `{url}`: expected redis://HOST:PORT, rediss://HOST:PORT \
+            "unsupported store `{shown}`: expected redis://HOST:PORT, rediss://HOST:PORT \
              or {CLUSTER_SCHEME}HOST:PORT[,HOST:PORT...]"
         );
     }
@@ -34,7 +36,7 @@ pub fn connect(url: &str, prefix: &str) -> anyhow::Result<(Runtime, RedisBackend
         .connect_timeout(CLI_TIMEOUT);
     let backend = runtime
         .block_on(config.connect())
-        .with_context(|| format!("cannot use the store `{url}`"))?;
+        .with_context(|| format!("cannot use the store `{shown}`"))?;
     Ok((runtime, backend))
 }
 

@@ -118,3 +118,46 @@ fn check_prints_one_json_decision_on_a_server_and_a_cluster() {
         assert!(check("3").contains("\"retry_after_ms\":-1"));
     }
 }
+
+/// A store URL's password never reaches the output, whatever goes wrong.
+#[test]
+fn store_credentials_never_reach_the_output() {
+    if skip_requested() {
+        return;
+    }
+    let server = RedisServer::start_with_password("right-pw").unwrap_or_else(|e| panic!("{e}"));
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let closed_port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let urls = [
+        // Refused credentials, a closed port, an unsupported scheme.
+        format!("redis://:s3cr3t-pw@127.0.0.1:{}", server.port()),
+        format!("redis://user:s3cr3t-pw@127.0.0.1:{closed_port}"),
+        "http://user:s3cr3t-pw@example.invalid".to_string(),
+    ];
+    for url in &urls {
+        let out = common::run(
+            &[
+                "check",
+                "--store",
+                url,
+                "--algorithm",
+                "gcra",
+                "--limit",
+                "5",
+                "--period",
+                "1m",
+                "k",
+            ],
+            "",
+        );
+        assert!(!out.status.success(), "{url}");
+        let shown = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(!shown.contains("s3cr3t"), "{shown}");
+        assert!(shown.contains("***@"), "{shown}");
+    }
+}

@@ -12,6 +12,7 @@ use tollgate_core::{Algorithm, Decision, Lease, LeaseError, Limit, RetryAfter};
 use crate::conn::Conn;
 use crate::exact::{self, Encoded, MAX_EXACT, MAX_TIME_US};
 use crate::keys::KeySpace;
+use crate::redact::redact;
 use crate::script::{self, ScriptMode};
 
 /// Default deadline of every call to the store.
@@ -29,8 +30,8 @@ pub const DEFAULT_PREFIX: &str = "tollgate:";
 pub const DEFAULT_REPLAY_TTL: Duration = Duration::from_secs(3600);
 
 /// How to reach Redis and how to call it; [`RedisConfig::connect`] makes a
-/// [`RedisBackend`].
-#[derive(Clone, Debug)]
+/// [`RedisBackend`]. Its `Debug` shows the URL without credentials.
+#[derive(Clone)]
 pub struct RedisConfig {
     url: String,
     prefix: String,
@@ -38,6 +39,19 @@ pub struct RedisConfig {
     connect_timeout: Duration,
     mode: ScriptMode,
     replay_ttl: Duration,
+}
+
+impl std::fmt::Debug for RedisConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisConfig")
+            .field("url", &redact(&self.url))
+            .field("prefix", &self.prefix)
+            .field("timeout", &self.timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("mode", &self.mode)
+            .field("replay_ttl", &self.replay_ttl)
+            .finish()
+    }
 }
 
 impl RedisConfig {

@@ -154,3 +154,14 @@ async fn a_paused_server_is_a_timeout_and_then_answers_again() {
         );
     }
 }
+
+#[test]
+fn a_config_shows_its_url_without_credentials() {
+    let config = RedisConfig::new("redis://admin:s3cr3t@10.0.0.5:6379/1");
+    let shown = format!("{config:?}");
+    assert!(
+        !shown.contains("s3cr3t") && !shown.contains("admin"),
+        "{shown}"
+    );
+    assert!(shown.contains("redis://***@10.0.0.5:6379/1"), "{shown}");
+}
