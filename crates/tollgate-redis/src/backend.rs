@@ -39,6 +39,7 @@ pub struct RedisConfig {
     connect_timeout: Duration,
     mode: ScriptMode,
     replay_ttl: Duration,
+    root_certificates: Option<Vec<u8>>,
 }
 
 impl std::fmt::Debug for RedisConfig {
@@ -50,13 +51,18 @@ impl std::fmt::Debug for RedisConfig {
             .field("connect_timeout", &self.connect_timeout)
             .field("mode", &self.mode)
             .field("replay_ttl", &self.replay_ttl)
+            .field("root_certificates", &self.root_certificates.is_some())
             .finish()
     }
 }
 
 impl RedisConfig {
-    /// Defaults for `url`: `redis://host:port[/db]` for one server,
-    /// `redis+cluster://host:port[,host:port...]` for a cluster.
+    /// Defaults for `url`: `redis://[user:password@]host:port[/db]` for one
+    /// server, `rediss://...` for one server over TLS (rustls; the server's
+    /// certificate is checked against the system's roots, or those of the
+    /// `SSL_CERT_FILE` environment variable, or
+    /// [`RedisConfig::root_certificates`]),
+    /// `redis+cluster://host:port[,host:port...]` for a cluster (without TLS).
     pub fn new(url: impl Into<String>) -> Self {
         RedisConfig {
             url: url.into(),
@@ -65,7 +71,15 @@ impl RedisConfig {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             mode: ScriptMode::Auto,
             replay_ttl: DEFAULT_REPLAY_TTL,
+            root_certificates: None,
         }
+    }
+
+    /// For `rediss://`: trusts the certificate authorities in `pem` (one or
+    /// more PEM certificates) instead of the system's.
+    pub fn root_certificates(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.root_certificates = Some(pem.into());
+        self
     }
 
     /// Prefix of every key (default `tollgate:`); no braces.
@@ -108,7 +122,8 @@ impl RedisConfig {
         let deadline = self.connect_timeout;
         let keys = KeySpace::new(self.prefix.clone())?;
         let setup = async {
-            let mut conn = Conn::connect(&self.url, deadline, self.timeout).await?;
+            let roots = self.root_certificates.clone();
+            let mut conn = Conn::connect(&self.url, roots, deadline, self.timeout).await?;
             conn.ping().await?;
             Ok::<_, RedisError>(conn)
         };
@@ -420,6 +435,12 @@ fn encode(limit: &Limit) -> Result<Encoded, BackendError> {
     exact::encode(limit).map_err(|e| BackendError::UnsupportedPolicy(e.to_string()))
 }
 
+/// A TLS server whose certificate this client does not trust: the client's
+/// configuration (its roots), not the store, must change.
+fn untrusted_certificate(e: &RedisError) -> bool {
+    e.is_io_error() && e.to_string().contains("invalid peer certificate")
+}
+
 fn unknown_command(e: &RedisError) -> bool {
     e.to_string()
         .to_ascii_lowercase()
@@ -439,6 +460,8 @@ fn lost_script(e: &RedisError) -> bool {
 fn classify(e: RedisError, deadline: Duration) -> BackendError {
     if e.code() == Some(OUT_OF_RANGE) {
         BackendError::OutOfRange(e.detail().unwrap_or_default().to_string())
+    } else if e.kind() == ErrorKind::InvalidClientConfig || untrusted_certificate(&e) {
+        BackendError::Config(e.to_string())
     } else if e.kind() == ErrorKind::AuthenticationFailed
         || matches!(e.code(), Some("NOAUTH" | "WRONGPASS"))
     {

@@ -8,7 +8,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
-use redis::{Cmd, RedisResult, Value};
+use redis::{Cmd, RedisResult, TlsCertificates, Value};
 
 /// The URL scheme that selects cluster mode; the rest lists seed nodes
 /// separated by commas (`redis+cluster://h1:7000,h2:7001`).
@@ -30,8 +30,14 @@ pub enum Conn {
 impl Conn {
     /// Connects to `url` (`redis://`, `rediss://`, `unix://` or
     /// [`CLUSTER_SCHEME`]), each attempt bounded by `timeout`; `call` is the
-    /// deadline of each later call.
-    pub async fn connect(url: &str, timeout: Duration, call: Duration) -> RedisResult<Self> {
+    /// deadline of each later call. `roots` (PEM) replace the system's
+    /// certificate authorities for TLS.
+    pub async fn connect(
+        url: &str,
+        roots: Option<Vec<u8>>,
+        timeout: Duration,
+        call: Duration,
+    ) -> RedisResult<Self> {
         if let Some(nodes) = url.strip_prefix(CLUSTER_SCHEME) {
             let nodes: Vec<String> = nodes
                 .split(',')
@@ -51,7 +57,16 @@ impl Conn {
                 .build()?;
             return Ok(Conn::Cluster(client.get_async_connection().await?));
         }
-        let client = redis::Client::open(url)?;
+        let client = match roots {
+            Some(root_cert) => {
+                let certs = TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(root_cert),
+                };
+                redis::Client::build_with_tls(url, certs)?
+            }
+            None => redis::Client::open(url)?,
+        };
         // One connection attempt per reconnection, no backoff: a call made
         // while nothing listens fails at once as refused (`Unavailable`)
         // instead of waiting out its deadline in retries, and the next call

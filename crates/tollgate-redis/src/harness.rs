@@ -51,6 +51,8 @@ pub struct RedisServer {
     dir: PathBuf,
     extra: Vec<String>,
     password: Option<String>,
+    /// The CA file of a TLS-only server.
+    tls_ca: Option<PathBuf>,
     child: Option<Child>,
 }
 
@@ -66,6 +68,44 @@ impl RedisServer {
         Self::start_with(free_port(0)?, extra, Some(password.into()))
     }
 
+    /// Starts a server that speaks only TLS, with the certificate chain and
+    /// key given in PEM (the chain's certificate also serves as the CA that
+    /// `redis-cli` trusts). Clients need not present a certificate.
+    pub fn start_tls(cert_pem: &str, key_pem: &str) -> Result<Self, HarnessError> {
+        let port = free_port(0)?;
+        let dir = server_dir(port)?;
+        let write = |name: &str, pem: &str| {
+            let path = dir.join(name);
+            std::fs::write(&path, pem).map_err(|e| HarnessError::Failed(e.to_string()))?;
+            Ok::<_, HarnessError>(path.to_string_lossy().into_owned())
+        };
+        let (cert, key) = (write("tls.crt", cert_pem)?, write("tls.key", key_pem)?);
+        let extra = [
+            "--port",
+            "0",
+            "--tls-port",
+            &port.to_string(),
+            "--tls-cert-file",
+            &cert,
+            "--tls-key-file",
+            &key,
+            "--tls-ca-cert-file",
+            &cert,
+            "--tls-auth-clients",
+            "no",
+        ];
+        let mut server = RedisServer {
+            port,
+            dir,
+            extra: extra.map(String::from).to_vec(),
+            password: None,
+            tls_ca: Some(cert.into()),
+            child: None,
+        };
+        server.spawn()?;
+        Ok(server)
+    }
+
     /// Starts a standalone server with extra `redis-server` arguments (for
     /// example `--maxmemory 1mb`).
     pub fn start_with_args(args: &[&str]) -> Result<Self, HarnessError> {
@@ -78,14 +118,12 @@ impl RedisServer {
         extra: Vec<String>,
         password: Option<String>,
     ) -> Result<Self, HarnessError> {
-        let dir =
-            std::env::temp_dir().join(format!("tollgate-redis-{}-{port}", std::process::id()));
-        std::fs::create_dir_all(&dir).map_err(|e| HarnessError::Failed(e.to_string()))?;
         let mut server = RedisServer {
             port,
-            dir,
+            dir: server_dir(port)?,
             extra,
             password,
+            tls_ca: None,
             child: None,
         };
         server.spawn()?;
@@ -93,6 +131,7 @@ impl RedisServer {
     }
 
     fn spawn(&mut self) -> Result<(), HarnessError> {
+        // A TLS server's own arguments set `--port 0` after this one.
         let child = Command::new("redis-server")
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
@@ -121,9 +160,14 @@ impl RedisServer {
         self.port
     }
 
-    /// `redis://127.0.0.1:<port>`.
+    /// `redis://127.0.0.1:<port>`, or `rediss://` for a TLS server.
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        let scheme = if self.tls_ca.is_some() {
+            "rediss"
+        } else {
+            "redis"
+        };
+        format!("{scheme}://127.0.0.1:{}", self.port)
     }
 
     /// Kills the server (losing every key and the loaded library) and starts
@@ -136,14 +180,16 @@ impl RedisServer {
     /// Runs `redis-cli` against this server (with its password, if it has
     /// one) and returns its output.
     pub fn cli(&self, args: &[&str]) -> Result<String, HarnessError> {
-        match &self.password {
-            Some(password) => {
-                let mut with_auth = vec!["--no-auth-warning", "-a", password];
-                with_auth.extend(args);
-                cli(self.port, &with_auth)
-            }
-            None => cli(self.port, args),
+        let mut all = vec![];
+        if let Some(password) = &self.password {
+            all.extend(["--no-auth-warning", "-a", password]);
         }
+        let ca = self.tls_ca.as_ref().map(|ca| ca.to_string_lossy());
+        if let Some(ca) = &ca {
+            all.extend(["--tls", "--cacert", ca]);
+        }
+        all.extend(args);
+        cli(self.port, &all)
     }
 
     /// Kills the server; [`RedisServer::restart`] starts it again.
@@ -247,6 +293,13 @@ impl RedisCluster {
     pub fn nodes(&self) -> &[RedisServer] {
         &self.nodes
     }
+}
+
+/// A fresh temporary directory for the server on `port`.
+fn server_dir(port: u16) -> Result<PathBuf, HarnessError> {
+    let dir = std::env::temp_dir().join(format!("tollgate-redis-{}-{port}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| HarnessError::Failed(e.to_string()))?;
+    Ok(dir)
 }
 
 /// A port free on 127.0.0.1 (and, if `also_plus` > 0, at port + also_plus).

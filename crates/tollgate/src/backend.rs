@@ -101,6 +101,11 @@ pub enum BackendError {
     /// The store answered with an error (for example a failed script).
     #[error("store error: {0}")]
     Store(String),
+    /// The client is set up wrong (a malformed URL, an unsupported scheme,
+    /// a TLS server whose certificate it does not trust): a fix on this
+    /// side, not in the store.
+    #[error("store client configuration: {0}")]
+    Config(String),
     /// The policy cannot be enforced by this store (for example a quota
     /// outside the range its arithmetic is exact for).
     #[error("policy not supported by this store: {0}")]
