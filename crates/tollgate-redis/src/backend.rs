@@ -88,8 +88,15 @@ impl RedisConfig {
         self
     }
 
-    /// Deadline of each decision or reset, including a reload of the
-    /// library (default 50 ms).
+    /// Deadline of each call (decision, refund, forced charge, lease or
+    /// reset), including a reload of the library (default 50 ms).
+    ///
+    /// A call that times out may still be carried out: the command reached
+    /// the store, which runs it when it can (after a pause, a slow disk, a
+    /// congested link), charging the key. So never refund after a `Timeout`
+    /// (it could give back a charge that was never made): count the request
+    /// as possibly charged. Refund only a known outcome, a request admitted
+    /// and then not carried out.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self
@@ -149,8 +156,11 @@ impl RedisConfig {
 /// up to the store clock's microsecond).
 ///
 /// Calls have a deadline and fail with a typed [`BackendError`]:
-/// `Timeout`, `Unavailable` (connection refused or lost; reconnection is
-/// automatic), `Store` (the server answered with an error),
+/// `Timeout` (the store was reached and did not answer in time; the call
+/// may still be carried out, see [`RedisConfig::timeout`]), `Unavailable`
+/// (connection refused, reset or lost; reconnection is automatic),
+/// `Unauthorized` (credentials refused), `Config` (a client set up wrong),
+/// `Store` (the server answered with an error),
 /// `UnsupportedPolicy` (a quota outside the exact range, see
 /// [`RedisBackend::validate`], or a lease of a sliding log), `OutOfRange` (a
 /// forced charge that would take the key past that range) or `InvalidKey`.

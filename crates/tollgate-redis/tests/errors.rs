@@ -165,3 +165,41 @@ fn a_config_shows_its_url_without_credentials() {
     );
     assert!(shown.contains("redis://***@10.0.0.5:6379/1"), "{shown}");
 }
+
+/// Why a caller must never refund after a timeout: the call reached the
+/// store, which carries it out when it can. Here, three calls time out while
+/// the server is paused and all three are charged once it resumes.
+#[tokio::test]
+async fn a_timed_out_call_may_still_be_charged() {
+    let Some(server) = common::server() else {
+        return;
+    };
+    let redis = config(&server.url())
+        .timeout(Duration::from_millis(100))
+        .connect()
+        .await
+        .unwrap();
+    let p = Policy::new(Limit::new(
+        Algorithm::FixedWindow,
+        Quota::per_hour(10).unwrap(),
+    ));
+    assert_eq!(redis.check("k", &p, 1).await.unwrap().remaining, 9);
+    server.pause().unwrap();
+    for _ in 0..3 {
+        let result = redis.check("k", &p, 1).await;
+        assert!(
+            matches!(result, Err(BackendError::Timeout(_))),
+            "{result:?}"
+        );
+    }
+    server.resume().unwrap();
+    // The same connection answers in order: the peek comes after the three.
+    let start = Instant::now();
+    let peek = loop {
+        match redis.check("k", &p, 0).await {
+            Ok(d) => break d,
+            Err(e) => assert!(start.elapsed() < Duration::from_secs(5), "{e}"),
+        }
+    };
+    assert_eq!(peek.remaining, 6, "the three timed-out calls were charged");
+}
