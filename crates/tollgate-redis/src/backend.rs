@@ -198,9 +198,14 @@ impl RedisBackend {
         !self.eval.load(Ordering::Relaxed)
     }
 
-    /// The Redis keys holding `key`'s state under `policy`.
-    pub fn redis_keys(&self, key: &str, policy: &Policy) -> Result<Vec<String>, BackendError> {
-        let stem = self.keys.stem(key)?;
+    /// The Redis keys holding `key`'s state under `policy` (any bytes; the
+    /// [`Backend`] methods take text).
+    pub fn redis_keys(
+        &self,
+        key: impl AsRef<[u8]>,
+        policy: &Policy,
+    ) -> Result<Vec<String>, BackendError> {
+        let stem = self.keys.stem(key.as_ref())?;
         let mut out = Vec::with_capacity(policy.limits().len() + 1);
         for limit in policy.limits() {
             KeySpace::push_keys(&stem, limit, &mut out);
@@ -213,7 +218,7 @@ impl RedisBackend {
     /// charged this way live at least the configured replay TTL.
     pub async fn check_at(
         &self,
-        key: &str,
+        key: impl AsRef<[u8]>,
         policy: &Policy,
         cost: u64,
         now_us: u64,
@@ -229,7 +234,7 @@ impl RedisBackend {
     /// refund) with the decision.
     pub async fn apply_at(
         &self,
-        key: &str,
+        key: impl AsRef<[u8]>,
         policy: &Policy,
         op: Operation,
         now_us: u64,
@@ -240,13 +245,13 @@ impl RedisBackend {
                  ({MAX_TIME_US}us, about the year 2112 on the Unix clock)"
             )));
         }
-        self.call(key, policy, op, Some(now_us)).await
+        self.call(key.as_ref(), policy, op, Some(now_us)).await
     }
 
     /// One call of the script: `op` on every limit of `policy`, atomically.
     async fn call(
         &self,
-        key: &str,
+        key: &[u8],
         policy: &Policy,
         op: Operation,
         now_us: Option<u64>,
@@ -360,7 +365,7 @@ impl Backend for RedisBackend {
     }
 
     async fn check(&self, key: &str, policy: &Policy, cost: u64) -> Result<Decision, BackendError> {
-        let done = self.call(key, policy, Operation::Check(cost), None);
+        let done = self.call(key.as_bytes(), policy, Operation::Check(cost), None);
         done.await.map(|d| d.decision)
     }
 
@@ -377,12 +382,12 @@ impl Backend for RedisBackend {
         policy: &Policy,
         cost: u64,
     ) -> Result<Decision, BackendError> {
-        let done = self.call(key, policy, Operation::Refund(cost), None);
+        let done = self.call(key.as_bytes(), policy, Operation::Refund(cost), None);
         done.await.map(|d| d.decision)
     }
 
     async fn force(&self, key: &str, policy: &Policy, cost: u64) -> Result<Decision, BackendError> {
-        let done = self.call(key, policy, Operation::Force(cost), None);
+        let done = self.call(key.as_bytes(), policy, Operation::Force(cost), None);
         done.await.map(|d| d.decision)
     }
 
@@ -392,7 +397,7 @@ impl Backend for RedisBackend {
         policy: &Policy,
         max: u64,
     ) -> impl Future<Output = Result<Lease, BackendError>> + Send {
-        self.call(key, policy, Operation::Lease(max), None)
+        self.call(key.as_bytes(), policy, Operation::Lease(max), None)
     }
 }
 
