@@ -200,25 +200,25 @@ impl RedisServer {
     /// Stops the process (`SIGSTOP`): connections stay open and nothing is
     /// answered until [`RedisServer::resume`].
     pub fn pause(&self) -> Result<(), HarnessError> {
-        self.signal("-STOP")
+        self.signal(libc::SIGSTOP)
     }
 
     /// Resumes a paused server (`SIGCONT`).
     pub fn resume(&self) -> Result<(), HarnessError> {
-        self.signal("-CONT")
+        self.signal(libc::SIGCONT)
     }
 
-    fn signal(&self, signal: &str) -> Result<(), HarnessError> {
+    fn signal(&self, signal: libc::c_int) -> Result<(), HarnessError> {
         let child = self
             .child
             .as_ref()
             .ok_or_else(|| HarnessError::Failed("the server is not running".into()))?;
-        let status = Command::new("kill")
-            .args([signal, &child.id().to_string()])
-            .status()
-            .map_err(|e| HarnessError::Failed(e.to_string()))?;
-        if !status.success() {
-            return Err(HarnessError::Failed(format!("kill {signal} failed")));
+        let pid = libc::pid_t::try_from(child.id())
+            .map_err(|_| HarnessError::Failed("process id out of range".into()))?;
+        // SAFETY: `kill` only sends a signal to our own child process.
+        if unsafe { libc::kill(pid, signal) } != 0 {
+            let why = std::io::Error::last_os_error();
+            return Err(HarnessError::Failed(format!("signal {signal}: {why}")));
         }
         Ok(())
     }
