@@ -160,6 +160,7 @@ mod tests {
         RequestView {
             method: "POST",
             path: "/",
+            query: None,
             host: None,
             headers,
             peer: None,

@@ -14,7 +14,7 @@
 //! let mut headers = HeaderMap::new();
 //! headers.insert("x-api-key", "sk-secret".parse().unwrap());
 //! let view = RequestView {
-//!     method: "GET", path: "/v1/items", host: None, headers: &headers,
+//!     method: "GET", path: "/v1/items", query: None, host: None, headers: &headers,
 //!     peer: "192.0.2.1".parse().ok(), route: None, labels: None,
 //! };
 //! // The API key when there is one, else the client's address.
@@ -288,6 +288,7 @@ mod tests {
         RequestView {
             method: "GET",
             path: "/v1/x",
+            query: None,
             host: Some("API.example.com"),
             headers,
             peer: "2001:db8:1:2::99".parse().ok(),

@@ -130,6 +130,7 @@ mod tests {
         RequestView {
             method,
             path,
+            query: None,
             host: Some("api.example.com"),
             headers: h,
             peer: None,

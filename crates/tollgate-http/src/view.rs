@@ -15,6 +15,7 @@
 //! let view = RequestView {
 //!     method: "POST",
 //!     path: "/v1/chat",
+//!     query: None,
 //!     host: Some("api.example.com"),
 //!     headers: &headers,
 //!     peer: Some("203.0.113.9".parse::<IpAddr>().unwrap()),
@@ -36,6 +37,8 @@ pub struct RequestView<'a> {
     pub method: &'a str,
     /// The path, without the query.
     pub path: &'a str,
+    /// The query string, without the `?`, if any.
+    pub query: Option<&'a str>,
     /// The host the client asked for (URI authority or `Host` header), if any.
     pub host: Option<&'a str>,
     /// Every header, with repeated lines in arrival order.
@@ -69,6 +72,7 @@ impl<'a> RequestView<'a> {
         RequestView {
             method: parts.method.as_str(),
             path: parts.uri.path(),
+            query: parts.uri.query(),
             host,
             headers: &parts.headers,
             peer,
@@ -159,6 +163,7 @@ mod tests {
         let (parts, ()) = req.into_parts();
         let view = RequestView::of(&parts);
         assert_eq!(view.path, "/a");
+        assert_eq!(view.query, Some("b=1"));
         assert_eq!(view.host, Some("h.example"));
         assert_eq!(view.peer, Some("192.0.2.1".parse().unwrap()));
         assert_eq!(view.label("user"), Some("u1"));
