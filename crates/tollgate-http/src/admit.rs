@@ -321,8 +321,10 @@ impl<B: Backend> Gate<B> {
         policy: &Policy,
         cost: u64,
     ) -> Result<Decision, BackendError> {
-        let _ = (op, key, policy, cost);
-        todo!("TEMP until ops merge")
+        match op {
+            Op::Refund => self.backend.refund(key, policy, cost).await,
+            Op::Force => self.backend.force(key, policy, cost).await,
+        }
     }
 
     /// The layer's own answer.
