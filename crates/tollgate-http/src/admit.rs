@@ -18,8 +18,8 @@ use tollgate::{Backend, BackendError, Decision, Policy, RetryAfter};
 
 use crate::answer::{Reason, Refusal};
 use crate::fields::{
-    limit_field, policy_field, retry_after_secs, secs_up, LimitItem, PolicyItem, RATELIMIT,
-    RATELIMIT_POLICY, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET,
+    retry_after_secs, secs_up, write_limit_item, write_policy_item, LimitItem, PolicyItem,
+    RATELIMIT, RATELIMIT_POLICY, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET,
 };
 use crate::layer::Gate;
 use crate::observe::{count, settle_failed, Outcome};
@@ -85,8 +85,12 @@ impl<B: Backend> Gate<B> {
             if !rule.matcher.matches(view) {
                 continue;
             }
-            let key = match rule.key.derive(view, &self.client_ip) {
-                Ok(key) => key,
+            // The rule's name keeps rules with equal policies apart in one store.
+            let mut key = String::with_capacity(rule.name.len() + 48);
+            key.push_str(&rule.name);
+            key.push('|');
+            match rule.key.derive_into(view, &self.client_ip, &mut key) {
+                Ok(()) => {}
                 Err(KeyError::Missing(_)) if rule.on_missing_key == MissingKey::Skip => continue,
                 Err(e) => {
                     return Err(self.bad_request(i, StatusCode::BAD_REQUEST, Reason::BadKey(e)))
@@ -99,8 +103,6 @@ impl<B: Backend> Gate<B> {
                 };
                 self.bad_request(i, status, Reason::BadCost(e))
             })?;
-            // The rule's name keeps rules with equal policies apart in one store.
-            let key = format!("{}|{key}", rule.name);
             plan.push(Planned { rule: i, key, cost });
         }
         Ok(plan)
@@ -358,56 +360,60 @@ impl<B: Backend> Gate<B> {
     }
 
     fn write_fields(&self, headers: &mut HeaderMap, entries: &[Entry]) {
-        let shown: Vec<&Entry> = entries.iter().filter(|e| e.shown).collect();
-        if shown.is_empty() {
-            return;
-        }
-        let partitions: Vec<Option<[u8; 8]>> = shown
-            .iter()
-            .map(|e| {
-                self.rules[e.rule].rule.partition_key.then(|| {
-                    let mut pk = [0; 8];
-                    pk.copy_from_slice(&digest_bytes(e.key.as_bytes())[..8]);
-                    pk
-                })
-            })
-            .collect();
-        let mut policies = Vec::with_capacity(shown.len());
-        let mut limits = Vec::with_capacity(shown.len());
-        for (entry, pk) in shown.iter().zip(&partitions) {
+        let mut policy = String::new();
+        let mut limit = String::new();
+        // The legacy fields follow the rule with the least left.
+        let mut tightest: Option<(u64, u64, u64)> = None;
+        for entry in entries.iter().filter(|e| e.shown) {
             let compiled = &self.rules[entry.rule];
             let name = &*compiled.rule.name;
-            let partition = pk.as_ref().map(|p| &p[..]);
-            policies.push(PolicyItem {
-                name,
-                quota: compiled.quota,
-                window: compiled.window,
-                unit: compiled.rule.unit.as_deref(),
-                partition,
-            });
-            limits.push(LimitItem {
-                name,
-                remaining: entry.decision.remaining,
-                reset: reset_secs(&entry.decision),
-                partition,
-            });
+            let digest = compiled
+                .rule
+                .partition_key
+                .then(|| digest_bytes(entry.key.as_bytes()));
+            let partition = digest.as_ref().map(|d| &d[..8]);
+            if !policy.is_empty() {
+                policy.push_str(", ");
+                limit.push_str(", ");
+            }
+            match partition {
+                None => policy.push_str(&compiled.policy_member),
+                Some(_) => write_policy_item(
+                    &mut policy,
+                    &PolicyItem {
+                        name,
+                        quota: compiled.quota,
+                        window: compiled.window,
+                        unit: compiled.rule.unit.as_deref(),
+                        partition,
+                    },
+                ),
+            }
+            let (remaining, reset) = (entry.decision.remaining, reset_secs(&entry.decision));
+            write_limit_item(
+                &mut limit,
+                &LimitItem {
+                    name,
+                    remaining,
+                    reset,
+                    partition,
+                },
+            );
+            if tightest.map_or(true, |(_, r, _)| remaining < r) {
+                tightest = Some((compiled.quota, remaining, reset));
+            }
         }
-        if let Ok(v) = HeaderValue::try_from(policy_field(&policies)) {
-            headers.insert(RATELIMIT_POLICY, v);
-        }
-        if let Ok(v) = HeaderValue::try_from(limit_field(&limits)) {
-            headers.insert(RATELIMIT, v);
+        let Some((quota, remaining, reset)) = tightest else {
+            return;
+        };
+        if let (Ok(p), Ok(l)) = (HeaderValue::try_from(policy), HeaderValue::try_from(limit)) {
+            headers.insert(RATELIMIT_POLICY, p);
+            headers.insert(RATELIMIT, l);
         }
         if self.options.legacy_fields {
-            let tightest = policies
-                .iter()
-                .zip(&limits)
-                .min_by_key(|(_, l)| l.remaining);
-            if let Some((p, l)) = tightest {
-                headers.insert(X_RATELIMIT_LIMIT, HeaderValue::from(p.quota));
-                headers.insert(X_RATELIMIT_REMAINING, HeaderValue::from(l.remaining));
-                headers.insert(X_RATELIMIT_RESET, HeaderValue::from(l.reset));
-            }
+            headers.insert(X_RATELIMIT_LIMIT, HeaderValue::from(quota));
+            headers.insert(X_RATELIMIT_REMAINING, HeaderValue::from(remaining));
+            headers.insert(X_RATELIMIT_RESET, HeaderValue::from(reset));
         }
     }
 }

@@ -22,8 +22,6 @@
 //! assert_eq!(retry_after_secs(600_000_000), 1); // 0.6 s is 1 s, never 0
 //! ```
 
-use std::fmt::Write;
-
 use base64::Engine;
 use http::HeaderName;
 
@@ -103,40 +101,55 @@ fn sf_bytes(out: &mut String, bytes: &[u8]) {
 
 /// The `RateLimit-Policy` value listing `items`.
 pub fn policy_field(items: &[PolicyItem<'_>]) -> String {
-    let mut out = String::new();
-    for (i, p) in items.iter().enumerate() {
-        if i > 0 {
-            out.push_str(", ");
-        }
-        sf_string(&mut out, p.name);
-        let _ = write!(out, ";q={};w={}", p.quota, p.window);
-        if let Some(unit) = p.unit {
-            out.push_str(";qu=");
-            sf_string(&mut out, unit);
-        }
-        if let Some(pk) = p.partition {
-            out.push_str(";pk=");
-            sf_bytes(&mut out, pk);
-        }
-    }
-    out
+    join(items, write_policy_item)
 }
 
 /// The `RateLimit` value listing `items`.
 pub fn limit_field(items: &[LimitItem<'_>]) -> String {
+    join(items, write_limit_item)
+}
+
+fn join<T>(items: &[T], write: fn(&mut String, &T)) -> String {
     let mut out = String::new();
-    for (i, l) in items.iter().enumerate() {
+    for (i, item) in items.iter().enumerate() {
         if i > 0 {
             out.push_str(", ");
         }
-        sf_string(&mut out, l.name);
-        let _ = write!(out, ";r={};t={}", l.remaining, l.reset);
-        if let Some(pk) = l.partition {
-            out.push_str(";pk=");
-            sf_bytes(&mut out, pk);
-        }
+        write(&mut out, item);
     }
     out
+}
+
+/// Appends one `RateLimit-Policy` member to `out`.
+pub fn write_policy_item(out: &mut String, p: &PolicyItem<'_>) {
+    let mut n = itoa::Buffer::new();
+    sf_string(out, p.name);
+    out.push_str(";q=");
+    out.push_str(n.format(p.quota));
+    out.push_str(";w=");
+    out.push_str(n.format(p.window));
+    if let Some(unit) = p.unit {
+        out.push_str(";qu=");
+        sf_string(out, unit);
+    }
+    if let Some(pk) = p.partition {
+        out.push_str(";pk=");
+        sf_bytes(out, pk);
+    }
+}
+
+/// Appends one `RateLimit` member to `out`.
+pub fn write_limit_item(out: &mut String, l: &LimitItem<'_>) {
+    let mut n = itoa::Buffer::new();
+    sf_string(out, l.name);
+    out.push_str(";r=");
+    out.push_str(n.format(l.remaining));
+    out.push_str(";t=");
+    out.push_str(n.format(l.reset));
+    if let Some(pk) = l.partition {
+        out.push_str(";pk=");
+        sf_bytes(out, pk);
+    }
 }
 
 #[cfg(test)]

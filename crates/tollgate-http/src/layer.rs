@@ -9,7 +9,7 @@ use tollgate::{Backend, BackendError};
 use tower_layer::Layer;
 
 use crate::answer::{problem_json, BodyWriter};
-use crate::fields::{secs_up, valid_name};
+use crate::fields::{secs_up, valid_name, write_policy_item, PolicyItem};
 use crate::{ClientIp, KillSwitch, RateLimitService, Rule};
 
 /// Rate limiting for a tower service (an axum `Router`, a hyper service):
@@ -200,15 +200,31 @@ pub(crate) struct Compiled {
     /// `q` and `w` of `RateLimit-Policy`: the policy's first limit.
     pub(crate) quota: u64,
     pub(crate) window: u64,
+    /// The rule's `RateLimit-Policy` member, the same on every response
+    /// unless it carries a partition key.
+    pub(crate) policy_member: String,
 }
 
 impl Compiled {
     fn new(rule: Rule) -> Self {
         let first = rule.policy.limits()[0].quota;
+        let (quota, window) = (first.limit(), secs_up(first.period_ns()).max(1));
+        let mut policy_member = String::new();
+        write_policy_item(
+            &mut policy_member,
+            &PolicyItem {
+                name: &rule.name,
+                quota,
+                window,
+                unit: rule.unit.as_deref(),
+                partition: None,
+            },
+        );
         Compiled {
             metric: SharedString::from_shared(Arc::clone(&rule.name)),
-            quota: first.limit(),
-            window: secs_up(first.period_ns()).max(1),
+            quota,
+            window,
+            policy_member,
             rule,
         }
     }
