@@ -18,25 +18,22 @@ use std::time::Duration;
 
 use axum::routing::get;
 use axum::Router;
-use tollgate::{Algorithm, Backend, Limit, MemoryBackend, Quota};
-use tollgate_http::{ClientIp, ForwardedHeader, Key, Matcher, RateLimit, Rule};
+use tollgate::{Backend, MemoryBackend};
+use tollgate_http::{ClientIp, ForwardedHeader, RateLimit};
 use tower_governor::governor::GovernorConfigBuilder;
 use tower_governor::key_extractor::SmartIpKeyExtractor;
 use tower_governor::GovernorLayer;
 
+#[path = "../benches/bench_rules.rs"]
+mod bench_rules;
+
 fn layer<B: Backend>(backend: B, rules: usize, refuse: bool) -> RateLimit<B> {
-    let quota = if refuse { Quota::per_hour(1).unwrap() } else { Quota::per_second(1_000_000).unwrap() };
-    let all = [
-        Rule::new("per-ip", Limit::new(Algorithm::Gcra, quota)).key(Key::ip()),
-        Rule::new("per-key", Limit::new(Algorithm::TokenBucket, quota))
-            .matcher(Matcher::any().path_prefix("/v1"))
-            .key(Key::header("x-api-key")),
-        Rule::new("per-route", Limit::new(Algorithm::SlidingCounter, quota))
-            .key(Key::all([Key::header("x-api-key"), Key::Route])),
-    ];
-    let trusted = ClientIp::behind(["127.0.0.0/8".parse().unwrap()], ForwardedHeader::XForwardedFor);
+    let trusted = ClientIp::behind(
+        ["127.0.0.0/8".parse().unwrap()],
+        ForwardedHeader::XForwardedFor,
+    );
     let mut builder = RateLimit::builder(backend).client_ip(trusted);
-    for rule in all.into_iter().take(rules) {
+    for rule in bench_rules::rules(refuse).into_iter().take(rules) {
         builder = builder.rule(rule);
     }
     builder.build().unwrap()
@@ -61,7 +58,9 @@ async fn main() {
         "three" => app.layer(layer(MemoryBackend::new(), 3, refuse)),
         "redis" => {
             let server = tollgate_redis::harness::RedisServer::start().expect("redis-server");
-            let backend = tollgate_redis::RedisBackend::connect(&server.url()).await.unwrap();
+            let backend = tollgate_redis::RedisBackend::connect(&server.url())
+                .await
+                .unwrap();
             redis = Some(server);
             app.layer(layer(backend, 1, refuse))
         }
@@ -70,14 +69,29 @@ async fn main() {
             if refuse {
                 config.period(Duration::from_secs(3600)).burst_size(1);
             } else {
-                config.period(Duration::from_micros(1)).burst_size(1_000_000);
+                config
+                    .period(Duration::from_micros(1))
+                    .burst_size(1_000_000);
             }
-            app.layer(GovernorLayer { config: Arc::new(config.finish().unwrap()) })
+            app.layer(GovernorLayer {
+                config: Arc::new(config.finish().unwrap()),
+            })
         }
         other => panic!("unknown mode {other}"),
     };
-    let listener = tokio::net::TcpListener::bind(format!("127.0.0.1:{port}")).await.unwrap();
-    println!("ready: {mode} {} on {}", if refuse { "refuse" } else { "admit" }, listener.local_addr().unwrap());
-    axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await.unwrap();
+    let listener = tokio::net::TcpListener::bind(format!("127.0.0.1:{port}"))
+        .await
+        .unwrap();
+    println!(
+        "ready: {mode} {} on {}",
+        if refuse { "refuse" } else { "admit" },
+        listener.local_addr().unwrap()
+    );
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .await
+    .unwrap();
     drop(redis);
 }

@@ -122,31 +122,47 @@ fn join<T>(items: &[T], write: fn(&mut String, &T)) -> String {
 
 /// Appends one `RateLimit-Policy` member to `out`.
 pub fn write_policy_item(out: &mut String, p: &PolicyItem<'_>) {
-    let mut n = itoa::Buffer::new();
-    sf_string(out, p.name);
-    out.push_str(";q=");
-    out.push_str(n.format(p.quota));
-    out.push_str(";w=");
-    out.push_str(n.format(p.window));
-    if let Some(unit) = p.unit {
-        out.push_str(";qu=");
-        sf_string(out, unit);
-    }
-    if let Some(pk) = p.partition {
-        out.push_str(";pk=");
-        sf_bytes(out, pk);
-    }
+    write_member(
+        out,
+        p.name,
+        [("q", p.quota), ("w", p.window)],
+        p.unit,
+        p.partition,
+    );
 }
 
 /// Appends one `RateLimit` member to `out`.
 pub fn write_limit_item(out: &mut String, l: &LimitItem<'_>) {
-    let mut n = itoa::Buffer::new();
-    sf_string(out, l.name);
-    out.push_str(";r=");
-    out.push_str(n.format(l.remaining));
-    out.push_str(";t=");
-    out.push_str(n.format(l.reset));
-    if let Some(pk) = l.partition {
+    write_member(
+        out,
+        l.name,
+        [("r", l.remaining), ("t", l.reset)],
+        None,
+        l.partition,
+    );
+}
+
+/// `"name";a=1;b=2;qu="unit";pk=:bytes:`.
+fn write_member(
+    out: &mut String,
+    name: &str,
+    numbers: [(&str, u64); 2],
+    unit: Option<&str>,
+    partition: Option<&[u8]>,
+) {
+    let mut digits = itoa::Buffer::new();
+    sf_string(out, name);
+    for (key, value) in numbers {
+        out.push(';');
+        out.push_str(key);
+        out.push('=');
+        out.push_str(digits.format(value));
+    }
+    if let Some(unit) = unit {
+        out.push_str(";qu=");
+        sf_string(out, unit);
+    }
+    if let Some(pk) = partition {
         out.push_str(";pk=");
         sf_bytes(out, pk);
     }
