@@ -173,21 +173,16 @@ impl<B: Backend> Gate<B> {
                 entries.push(entry);
                 continue;
             }
-            tracing::event!(
-                target: "tollgate_http",
-                tracing::Level::INFO,
-                rule = %compiled.rule.name,
-                key = %digest(entry.key.as_bytes()),
-                cost,
-                remaining = decision.remaining,
-                retry_after_ms = decision.retry_after.as_nanos().map(|ns| ns.div_ceil(1_000_000)),
-                shadow,
-                "request denied"
-            );
             if shadow {
+                // What a dark launch is for: seen at the default level.
+                tracing::info!(rule = %compiled.rule.name, key = %digest(entry.key.as_bytes()), cost,
+                    remaining = decision.remaining, retry_after_ms = retry_ms(&decision), "shadow rule would deny");
                 count(&compiled.metric, Outcome::ShadowDenied);
                 continue;
             }
+            // Denials come in floods under attack: debug, and counted.
+            tracing::debug!(rule = %compiled.rule.name, key = %digest(entry.key.as_bytes()), cost,
+                remaining = decision.remaining, retry_after_ms = retry_ms(&decision), "request denied");
             self.refund_all(&mut entries).await;
             entries.push(entry);
             let (outcome, status, reason) = match decision.retry_after {
@@ -416,6 +411,14 @@ impl<B: Backend> Gate<B> {
             headers.insert(X_RATELIMIT_RESET, HeaderValue::from(reset));
         }
     }
+}
+
+/// A denial's wait in milliseconds, rounded up; `None` for never.
+fn retry_ms(decision: &Decision) -> Option<u64> {
+    decision
+        .retry_after
+        .as_nanos()
+        .map(|ns| ns.div_ceil(1_000_000))
 }
 
 /// `t`: for a denial, when the same request would be admitted (the
