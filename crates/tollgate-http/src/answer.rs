@@ -97,7 +97,11 @@ pub fn problem_json(refusal: &Refusal) -> (HeaderValue, Bytes) {
         rule: &refusal.rule,
         retry_after: refusal.retry_after(),
     };
-    let body = serde_json::to_vec(&problem).unwrap_or_default();
+    // One allocation for the usual answer.
+    let mut body = Vec::with_capacity(256);
+    if serde_json::to_writer(&mut body, &problem).is_err() {
+        body.clear();
+    }
     (
         HeaderValue::from_static("application/problem+json"),
         Bytes::from(body),
