@@ -59,6 +59,8 @@
 //! limit holds over time, exceeded at any moment by at most one request's
 //! underestimate.
 
+#![warn(missing_docs)]
+
 mod admit;
 mod answer;
 mod body;
