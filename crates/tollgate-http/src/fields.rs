@@ -182,6 +182,18 @@ mod tests {
         assert_eq!(retry_after_secs(u64::MAX), u64::MAX.div_ceil(NS_PER_SEC));
     }
 
+    proptest::proptest! {
+        // A client that waits what it is told is never early, and never
+        // waits a whole second too long.
+        #[test]
+        fn retry_after_is_never_early(ns in 0u64..u64::MAX / 2) {
+            let secs = retry_after_secs(ns);
+            proptest::prop_assert!(secs >= 1);
+            proptest::prop_assert!(u128::from(secs) * 1_000_000_000 >= u128::from(ns));
+            proptest::prop_assert!(u128::from(secs - 1) * 1_000_000_000 < u128::from(ns.max(1)));
+        }
+    }
+
     #[test]
     fn lists_escape_and_carry_every_parameter() {
         let items = [

@@ -300,6 +300,22 @@ mod tests {
         );
     }
 
+    proptest::proptest! {
+        // Whatever a client writes in front of the hops our proxies append,
+        // its key does not change.
+        #[test]
+        fn a_client_cannot_choose_its_address(spoof in "[ -~]{0,80}", client in proptest::prelude::any::<[u8; 4]>()) {
+            let ip = xff_behind(&["10.0.0.0/8"]);
+            let client = IpAddr::from(client);
+            proptest::prop_assume!(!ip.trusts(client));
+            let honest = format!("{client}, 10.0.0.7");
+            let spoofed = format!("{spoof}, {client}, 10.0.0.7");
+            proptest::prop_assert_eq!(resolve(&ip, "10.0.0.1", &[&honest]), Some(client));
+            proptest::prop_assert_eq!(resolve(&ip, "10.0.0.1", &[&spoof, &honest]), Some(client));
+            proptest::prop_assert_eq!(resolve(&ip, "10.0.0.1", &[&spoofed]), Some(client));
+        }
+    }
+
     #[test]
     fn prefixes() {
         let p = IpPrefix::default();
