@@ -1,0 +1,108 @@
+//! PostgreSQL decides exactly like the core: random traces with nanosecond
+//! times, every algorithm, single and layered policies.
+
+mod common;
+
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestRunner};
+use tollgate::{Algorithm, Limit, Policy, Quota, State};
+use tollgate_core::decide_all;
+
+/// A Unix time in ns (late 2023), so windows align on the epoch with
+/// realistic magnitudes.
+const T0_NS: u64 = 1_700_000_000_123_456_789;
+
+/// Periods from a few ns to a minute, odd ones included.
+const PERIODS_NS: [u64; 5] = [7, 1_000, 999_983, 999_999_937, 60_000_000_000];
+
+fn limit() -> impl Strategy<Value = Limit> {
+    (
+        0..Algorithm::ALL.len(),
+        1u64..12,
+        0..PERIODS_NS.len(),
+        1u64..15,
+    )
+        .prop_map(|(a, limit, p, burst)| {
+            let quota = Quota::with_parts(limit, PERIODS_NS[p], burst).unwrap();
+            Limit::new(Algorithm::ALL[a], quota)
+        })
+}
+
+/// One request: ns since the previous one (sometimes negative, a late
+/// arrival), which of three keys, and its cost.
+#[derive(Clone, Debug)]
+struct Request {
+    step_ns: i64,
+    key: usize,
+    cost: u64,
+}
+
+fn trace(span_ns: i64) -> impl Strategy<Value = Vec<Request>> {
+    let step = prop_oneof![
+        3 => Just(0i64),
+        4 => 0..=span_ns,
+        1 => -span_ns..0,
+        1 => 0..=4 * span_ns,
+    ];
+    prop::collection::vec(
+        (
+            step,
+            0usize..3,
+            prop_oneof![1 => Just(0u64), 6 => 1u64..4, 1 => 4u64..20],
+        ),
+        1..50,
+    )
+    .prop_map(|v| {
+        v.into_iter()
+            .map(|(step_ns, key, cost)| Request { step_ns, key, cost })
+            .collect()
+    })
+}
+
+fn case() -> impl Strategy<Value = (Vec<Limit>, Vec<Request>)> {
+    prop::collection::vec(limit(), 1..3).prop_flat_map(|limits| {
+        let longest = limits.iter().map(|l| l.quota.period_ns()).max().unwrap();
+        let span_ns = longest.clamp(2, 2_000_000_000) as i64;
+        (Just(limits), trace(span_ns))
+    })
+}
+
+#[test]
+fn postgres_decides_like_the_core_on_random_traces() {
+    let Some(server) = common::shared() else {
+        return;
+    };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let pg = rt.block_on(common::backend(&server.url()));
+    let case_no = std::cell::Cell::new(0);
+    let mut runner = TestRunner::new(Config {
+        cases: 256,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    runner
+        .run(&case(), |(limits, requests)| {
+            case_no.set(case_no.get() + 1);
+            let policy = Policy::with_limits(limits.clone()).unwrap();
+            let mut states: Vec<Vec<State>> = (0..3)
+                .map(|_| {
+                    limits
+                        .iter()
+                        .map(|l| State::new(l.algorithm, &l.quota))
+                        .collect()
+                })
+                .collect();
+            let mut now = T0_NS as i64;
+            for (i, r) in requests.iter().enumerate() {
+                now = (now + r.step_ns).max(0);
+                let key = format!("c{}-k{}", case_no.get(), r.key);
+                let core = decide_all(&mut states[r.key], &limits, now as u64, r.cost);
+                let store = rt
+                    .block_on(pg.check_at(&key, &policy, r.cost, now as u64))
+                    .map_err(|e| TestCaseError::fail(e.to_string()))?;
+                prop_assert_eq!(store, core, "request {} ({:?}) at {}ns", i, r, now);
+            }
+            Ok(())
+        })
+        .unwrap();
+}
