@@ -395,8 +395,8 @@ $$;
 --   p_op 0 check (cost 0 peeks), 1 refund, 2 force, 3 lease (p_cost = max)
 --   p_limits [algorithm, limit, period_ns, burst] per limit
 --   p_now    the request time in ns, or NULL for the database clock
---   p_floor  least ns a written row is kept past the database clock (for
---            replays, whose times are not the database's)
+--   p_floor  if > 0, least ns a written row is kept past the database
+--            clock (for replays, whose times are not the database's)
 -- Returns [all allowed (0/1), cost charged (the lease's grant), then per
 -- limit: allowed, remaining, retry_after (-1 never), reset_after, delay].
 CREATE OR REPLACE FUNCTION @T@_apply(
@@ -497,7 +497,10 @@ BEGIN
         IF cost = 0 OR (op = 0 AND NOT all_ok) THEN
             RETURN out;
         END IF;
-        idle := least(greatest(idle, db_now + p_floor), 9223372036854775807);
+        IF p_floor > 0 THEN
+            idle := greatest(idle, db_now + p_floor);
+        END IF;
+        idle := least(idle, 9223372036854775807);
         IF found_row THEN
             UPDATE @T@ SET state = new_st, log = nullif(new_lg, '{}'), idle_at = idle
                 WHERE key = p_key AND policy = p_policy;

@@ -106,7 +106,7 @@ pub struct Migration {
 }
 
 /// Creates or upgrades the schema to [`SCHEMA_VERSION`] in one transaction
-/// holding an advisory lock on the table's name; a schema already current
+/// holding an advisory lock on the schema's name; a schema already current
 /// costs the lock and one query. Refuses a schema newer than this crate's.
 pub async fn migrate(
     client: &mut Client,
@@ -133,7 +133,7 @@ pub async fn migrate(
     .map_err(db)?;
     tx.execute(
         "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
-        &[&format!("tollgate:{}", names.qualified())],
+        &[&format!("tollgate:{}", names.schema)],
     )
     .await
     .map_err(db)?;
