@@ -1,9 +1,9 @@
 //! `tollgate check`: one decision by a shared store, with the store's clock.
 
-use tollgate::{Backend, Policy};
+use tollgate::Policy;
 use tollgate_cli::rule_args::RuleArgs;
 use tollgate_core::{Decision, RetryAfter};
-use tollgate_redis::{RedisBackend, DEFAULT_PREFIX};
+use tollgate_redis::DEFAULT_PREFIX;
 
 use crate::store;
 
@@ -13,8 +13,8 @@ use crate::store;
 Prints one JSON object: {\"allowed\":..,\"limit\":..,\"remaining\":..,\"retry_after_ms\":..,\"reset_after_ms\":..};
 durations in milliseconds rounded up, retry_after_ms -1 when the cost can never fit.")]
 pub struct Args {
-    /// The store: redis://HOST:PORT, or redis+cluster://HOST:PORT[,HOST:PORT...]
-    /// for a Redis Cluster.
+    /// The store: redis://HOST:PORT, redis+cluster://HOST:PORT[,HOST:PORT...]
+    /// for a Redis Cluster, or postgres://USER@HOST[:PORT]/DB.
     #[arg(long, value_name = "URL")]
     store: String,
     #[command(flatten)]
@@ -33,7 +33,7 @@ pub struct Args {
 /// Makes the decision and prints it.
 pub fn run(args: Args) -> anyhow::Result<()> {
     let policy = Policy::new(args.rule.rule()?);
-    RedisBackend::validate(&policy)?;
+    store::validate(&args.store, &policy)?;
     let (runtime, backend) = store::connect(&args.store, &args.prefix)?;
     let decision = runtime.block_on(backend.check(&args.key, &policy, args.cost))?;
     println!("{}", to_json(&decision));

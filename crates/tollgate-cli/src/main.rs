@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod check;
+mod migrate;
 mod replay;
 mod simulate;
 mod store;
@@ -26,8 +27,10 @@ enum Command {
     Replay(replay::Args),
     /// Rerun the published rate-limiting experiments and write a report with charts.
     Simulate(simulate::Args),
-    /// Make one decision in a shared store (Redis) and print it as JSON.
+    /// Make one decision in a shared store (Redis, PostgreSQL) and print it as JSON.
     Check(check::Args),
+    /// Create or upgrade the PostgreSQL schema of a shared store.
+    Migrate(migrate::Args),
 }
 
 fn main() -> ExitCode {
@@ -36,6 +39,7 @@ fn main() -> ExitCode {
         Command::Replay(args) => replay::run(args),
         Command::Simulate(args) => simulate::run(args),
         Command::Check(args) => check::run(args),
+        Command::Migrate(args) => migrate::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -30,8 +30,9 @@ pub struct Args {
     #[arg(long, value_name = "FILE")]
     output: Option<PathBuf>,
     /// Replay through a shared store instead of in process, with the trace's
-    /// own times: redis://HOST:PORT or redis+cluster://HOST:PORT[,...].
-    /// Times must be whole microseconds; durations are rounded up to one.
+    /// own times: redis://HOST:PORT, redis+cluster://HOST:PORT[,...] (times
+    /// must be whole microseconds; durations are rounded up to one) or
+    /// postgres://USER@HOST[:PORT]/DB (exact).
     #[arg(long, value_name = "URL")]
     store: Option<String>,
 }
