@@ -42,7 +42,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if done.from == done.to {
         println!("{table}: schema already at version {}", done.to);
     } else {
-        println!("{table}: schema migrated from version {} to {}", done.from, done.to);
+        println!(
+            "{table}: schema migrated from version {} to {}",
+            done.from, done.to
+        );
     }
     Ok(())
 }

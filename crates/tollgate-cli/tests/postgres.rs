@@ -42,7 +42,10 @@ fn migrate_replay_and_check_through_postgres() {
     let server = PgServer::start().unwrap_or_else(|e| panic!("{e}"));
     let url = server.url();
     let migrated = tollgate(&["migrate", "--store", &url], "");
-    assert_eq!(migrated.trim(), "tollgate.state: schema migrated from version 0 to 1");
+    assert_eq!(
+        migrated.trim(),
+        "tollgate.state: schema migrated from version 0 to 1"
+    );
     let again = tollgate(&["migrate", "--store", &url], "");
     assert_eq!(again.trim(), "tollgate.state: schema already at version 1");
 
@@ -67,8 +70,18 @@ fn migrate_replay_and_check_through_postgres() {
 
     let check = |cost: &str| {
         let args = [
-            "check", "--store", &url, "--algorithm", "gcra", "--limit", "2", "--period", "1h",
-            "--cost", cost, "user-1",
+            "check",
+            "--store",
+            &url,
+            "--algorithm",
+            "gcra",
+            "--limit",
+            "2",
+            "--period",
+            "1h",
+            "--cost",
+            cost,
+            "user-1",
         ];
         tollgate(&args, "")
     };
@@ -85,7 +98,11 @@ fn migrate_replay_and_check_through_postgres() {
 #[test]
 fn a_bad_store_is_an_error_that_hides_the_password() {
     let out = common::run(
-        &["migrate", "--store", "postgres://app:s3cret@127.0.0.1:1/app"],
+        &[
+            "migrate",
+            "--store",
+            "postgres://app:s3cret@127.0.0.1:1/app",
+        ],
         "",
     );
     assert!(!out.status.success());

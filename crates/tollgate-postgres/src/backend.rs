@@ -10,9 +10,9 @@ use tokio_postgres::tls::{MakeTlsConnect, TlsConnect};
 use tokio_postgres::types::Type;
 use tokio_postgres::{NoTls, Socket};
 use tollgate::{Backend, BackendError, Policy};
-use tollgate_core::{Decision, Limit, RetryAfter};
+use tollgate_core::{Algorithm, Decision, Limit, RetryAfter};
 
-use crate::encoding::{encode, stored_key, Op};
+use crate::encoding::{encode, stored_key, Operation};
 use crate::errors::{classify, from_pool};
 use crate::numeric::{Integer, Numeric};
 use crate::schema::{self, Migration, Names, DEFAULT_SCHEMA, DEFAULT_TABLE};
@@ -319,7 +319,7 @@ impl Drop for AbortOnDrop {
     }
 }
 
-/// A lease's outcome: how much was granted and charged, and the numbers.
+/// An operation's outcome: the cost charged and the key's numbers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Applied {
     /// The cost charged: the request's when admitted, the grant of a lease.
@@ -355,15 +355,42 @@ impl PostgresBackend {
         cost: u64,
         now_ns: u64,
     ) -> Result<Decision, BackendError> {
+        let applied = self
+            .apply_at(key, policy, Operation::Check, cost, now_ns)
+            .await?;
+        Ok(applied.decision)
+    }
+
+    /// Any [`Operation`] at `now_ns` on the caller's clock (see
+    /// [`check_at`](Self::check_at)): what the amount means depends on the
+    /// operation. A lease on a sliding log is refused: the log needs every
+    /// request's time centrally.
+    pub async fn apply_at(
+        &self,
+        key: &str,
+        policy: &Policy,
+        op: Operation,
+        amount: u64,
+        now_ns: u64,
+    ) -> Result<Applied, BackendError> {
         let now = i64::try_from(now_ns).map_err(|_| {
             BackendError::Store(format!(
                 "time {now_ns}ns is beyond the store's range (below 2^63 ns)"
             ))
         })?;
-        let applied = self
-            .apply(key, policy, Op::Check, cost, Some(now), self.replay_floor_ns)
-            .await?;
-        Ok(applied.decision)
+        self.apply(key, policy, op, amount, Some(now), self.replay_floor_ns)
+            .await
+    }
+
+    /// Any [`Operation`] on the database clock.
+    pub async fn apply_now(
+        &self,
+        key: &str,
+        policy: &Policy,
+        op: Operation,
+        amount: u64,
+    ) -> Result<Applied, BackendError> {
+        self.apply(key, policy, op, amount, None, 0).await
     }
 
     /// Deletes up to `batch` rows that are back to a fresh key's state on
@@ -390,15 +417,27 @@ impl PostgresBackend {
     }
 
     /// One operation on `key` under `policy`, one round trip.
-    pub(crate) async fn apply(
+    async fn apply(
         &self,
         key: &str,
         policy: &Policy,
-        op: Op,
+        op: Operation,
         cost: u64,
         now: Option<i64>,
         floor_ns: i64,
     ) -> Result<Applied, BackendError> {
+        if op == Operation::Lease {
+            if let Some(log) = policy
+                .limits()
+                .iter()
+                .find(|l| l.algorithm == Algorithm::SlidingLog)
+            {
+                return Err(BackendError::UnsupportedPolicy(format!(
+                    "{} cannot lease: a sliding log needs every request's time centrally",
+                    log.algorithm
+                )));
+            }
+        }
         let key = stored_key(&self.prefix, key)?;
         let encoded = encode(policy);
         let run = async {
@@ -455,7 +494,7 @@ impl Backend for PostgresBackend {
     }
 
     async fn check(&self, key: &str, policy: &Policy, cost: u64) -> Result<Decision, BackendError> {
-        let applied = self.apply(key, policy, Op::Check, cost, None, 0).await?;
+        let applied = self.apply_now(key, policy, Operation::Check, cost).await?;
         Ok(applied.decision)
     }
 

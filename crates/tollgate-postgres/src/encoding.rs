@@ -11,17 +11,20 @@ pub const MAX_KEY_BYTES: usize = 512;
 /// key can name a hashed one's row.
 const HASHED: char = '#';
 
-/// The operation argument of the `_apply` function (`sql/schema.sql`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// An operation on a key: the operation argument of the schema's `_apply`
+/// function (`sql/schema.sql`), which every operation shares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(i16)]
-pub enum Op {
-    /// Decide a charge (cost 0 peeks).
+pub enum Operation {
+    /// Decide a charge of the amount, charged only if admitted (0 peeks).
     Check = 0,
-    /// Give back a cost.
+    /// Give the amount back, as the exact inverse of a charge made now,
+    /// capped at a fresh key.
     Refund = 1,
-    /// Charge whatever the state.
+    /// Charge the amount whatever the state (buckets may go into debt,
+    /// windows past their limit).
     Force = 2,
-    /// Charge the largest cost up to a maximum that is admitted now.
+    /// Charge the largest cost up to the amount that is admitted now.
     Lease = 3,
 }
 

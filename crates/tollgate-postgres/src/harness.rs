@@ -155,14 +155,20 @@ impl PgServer {
         unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
         let start = Instant::now();
         while start.elapsed() < PATIENCE {
-            if child.try_wait().map_err(failed("wait for the server"))?.is_some() {
+            if child
+                .try_wait()
+                .map_err(failed("wait for the server"))?
+                .is_some()
+            {
                 return Ok(());
             }
             std::thread::sleep(Duration::from_millis(10));
         }
         let _ = child.kill();
         let _ = child.wait();
-        Err(HarnessError::Failed("the server did not stop in time".into()))
+        Err(HarnessError::Failed(
+            "the server did not stop in time".into(),
+        ))
     }
 
     /// Starts the server again on the same port and data after [`stop`](Self::stop).

@@ -47,7 +47,10 @@ impl NaiveWindow {
         let window = now - now % hour;
         let row = client
             .query_opt(
-                &format!("SELECT window_start, count FROM {} WHERE key = $1", self.table),
+                &format!(
+                    "SELECT window_start, count FROM {} WHERE key = $1",
+                    self.table
+                ),
                 &[&key],
             )
             .await?;

@@ -78,7 +78,9 @@ impl<'a> FromSql<'a> for Integer {
         }
         // Digits implied by the weight beyond the last one given.
         for _ in (ndigits as i32)..=weight {
-            value = value.checked_mul(NBASE as i128).ok_or("numeric too large")?;
+            value = value
+                .checked_mul(NBASE as i128)
+                .ok_or("numeric too large")?;
         }
         match sign {
             POSITIVE => Ok(Integer(value)),

@@ -1,12 +1,14 @@
-//! PostgreSQL decides exactly like the core: random traces with nanosecond
-//! times, every algorithm, single and layered policies.
+//! PostgreSQL decides exactly like the core: random traces of checks and
+//! refunds with nanosecond times, every algorithm, single and layered
+//! policies.
 
 mod common;
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use tollgate::{Algorithm, Limit, Policy, Quota, State};
-use tollgate_core::decide_all;
+use tollgate_core::{decide_all, preview_all, Decision};
+use tollgate_postgres::{Operation, PostgresBackend};
 
 /// A Unix time in ns (late 2023), so windows align on the epoch with
 /// realistic magnitudes.
@@ -29,12 +31,26 @@ fn limit() -> impl Strategy<Value = Limit> {
 }
 
 /// One request: ns since the previous one (sometimes negative, a late
-/// arrival), which of three keys, and its cost.
+/// arrival), which of three keys, the operation and its amount.
 #[derive(Clone, Debug)]
 struct Request {
     step_ns: i64,
     key: usize,
+    op: Operation,
     cost: u64,
+}
+
+/// What the core says to `op`: the decision and the cost charged.
+fn core(states: &mut [State], limits: &[Limit], op: Operation, now: u64, cost: u64) -> Decision {
+    match op {
+        Operation::Refund => {
+            for (state, limit) in states.iter_mut().zip(limits) {
+                state.refund(&limit.quota, now, cost);
+            }
+            preview_all(states, limits, now, 0)
+        }
+        _ => decide_all(states, limits, now, cost),
+    }
 }
 
 fn trace(span_ns: i64) -> impl Strategy<Value = Vec<Request>> {
@@ -48,13 +64,19 @@ fn trace(span_ns: i64) -> impl Strategy<Value = Vec<Request>> {
         (
             step,
             0usize..3,
+            prop_oneof![6 => Just(Operation::Check), 1 => Just(Operation::Refund)],
             prop_oneof![1 => Just(0u64), 6 => 1u64..4, 1 => 4u64..20],
         ),
         1..50,
     )
     .prop_map(|v| {
         v.into_iter()
-            .map(|(step_ns, key, cost)| Request { step_ns, key, cost })
+            .map(|(step_ns, key, op, cost)| Request {
+                step_ns,
+                key,
+                op,
+                cost,
+            })
             .collect()
     })
 }
@@ -73,7 +95,7 @@ fn postgres_decides_like_the_core_on_random_traces() {
         return;
     };
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let pg = rt.block_on(common::backend(&server.url()));
+    let pg: PostgresBackend = rt.block_on(common::backend(&server.url()));
     let case_no = std::cell::Cell::new(0);
     let mut runner = TestRunner::new(Config {
         cases: 256,
@@ -96,11 +118,11 @@ fn postgres_decides_like_the_core_on_random_traces() {
             for (i, r) in requests.iter().enumerate() {
                 now = (now + r.step_ns).max(0);
                 let key = format!("c{}-k{}", case_no.get(), r.key);
-                let core = decide_all(&mut states[r.key], &limits, now as u64, r.cost);
+                let core = core(&mut states[r.key], &limits, r.op, now as u64, r.cost);
                 let store = rt
-                    .block_on(pg.check_at(&key, &policy, r.cost, now as u64))
+                    .block_on(pg.apply_at(&key, &policy, r.op, r.cost, now as u64))
                     .map_err(|e| TestCaseError::fail(e.to_string()))?;
-                prop_assert_eq!(store, core, "request {} ({:?}) at {}ns", i, r, now);
+                prop_assert_eq!(store.decision, core, "request {} ({:?}) at {}ns", i, r, now);
             }
             Ok(())
         })

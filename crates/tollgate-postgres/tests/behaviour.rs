@@ -39,7 +39,11 @@ async fn only_charges_write_one_row_per_key_and_policy() {
         return;
     };
     let prefix = common::fresh_prefix();
-    let pg = common::config(&server.url()).prefix(&prefix).connect().await.unwrap();
+    let pg = common::config(&server.url())
+        .prefix(&prefix)
+        .connect()
+        .await
+        .unwrap();
     let db = client(&server.url()).await;
     let layered = Policy::with_limits(vec![
         Limit::new(Algorithm::SlidingLog, Quota::new(2, MINUTE).unwrap()),
@@ -48,12 +52,24 @@ async fn only_charges_write_one_row_per_key_and_policy() {
     .unwrap();
     for algorithm in Algorithm::ALL {
         let p = policy(algorithm, 3, MINUTE);
-        assert_eq!(pg.check("k", &p, 0).await.unwrap().remaining, p.limits()[0].capacity());
+        assert_eq!(
+            pg.check("k", &p, 0).await.unwrap().remaining,
+            p.limits()[0].capacity()
+        );
         assert!(!pg.check("k", &p, 100).await.unwrap().allowed);
     }
-    assert_eq!(rows(&db, &pg.table(), &prefix).await, 0, "peeks and denials write nothing");
+    assert_eq!(
+        rows(&db, &pg.table(), &prefix).await,
+        0,
+        "peeks and denials write nothing"
+    );
     for algorithm in Algorithm::ALL {
-        assert!(pg.check("k", &policy(algorithm, 3, MINUTE), 1).await.unwrap().allowed);
+        assert!(
+            pg.check("k", &policy(algorithm, 3, MINUTE), 1)
+                .await
+                .unwrap()
+                .allowed
+        );
     }
     assert!(pg.check("k", &layered, 1).await.unwrap().allowed);
     assert_eq!(rows(&db, &pg.table(), &prefix).await, 8);
@@ -76,8 +92,18 @@ async fn requests_at_one_instant_share_a_log_entry_and_all_count() {
     }
     assert!(!pg.check_at("k", &log, 2, T0).await.unwrap().allowed);
     // Both leave together one period later, to the nanosecond.
-    assert!(!pg.check_at("k", &log, 3, T0 + MINUTE - 1).await.unwrap().allowed);
-    assert!(pg.check_at("k", &log, 3, T0 + MINUTE).await.unwrap().allowed);
+    assert!(
+        !pg.check_at("k", &log, 3, T0 + MINUTE - 1)
+            .await
+            .unwrap()
+            .allowed
+    );
+    assert!(
+        pg.check_at("k", &log, 3, T0 + MINUTE)
+            .await
+            .unwrap()
+            .allowed
+    );
 }
 
 #[tokio::test]
@@ -94,7 +120,11 @@ async fn layered_limits_charge_all_or_none() {
     }
     let denied = pg.check_at("u", &both, 1, T0).await.unwrap();
     assert!(!denied.allowed);
-    assert_eq!((denied.limit, denied.remaining), (2, 0), "the tighter limit reports");
+    assert_eq!(
+        (denied.limit, denied.remaining),
+        (2, 0),
+        "the tighter limit reports"
+    );
     // A cost the bucket alone still admits, after the window rolls over:
     // had the denial charged the bucket, 3 would not fit.
     let later = pg.check_at("u", &both, 2, T0 + MINUTE).await.unwrap();
@@ -135,7 +165,12 @@ async fn the_schema_is_created_once_by_racing_instances() {
         .connect()
         .await
         .unwrap();
-    assert!(pg.check("k", &policy(Algorithm::Gcra, 1, MINUTE), 1).await.unwrap().allowed);
+    assert!(
+        pg.check("k", &policy(Algorithm::Gcra, 1, MINUTE), 1)
+            .await
+            .unwrap()
+            .allowed
+    );
 }
 
 #[tokio::test]
@@ -149,8 +184,14 @@ async fn a_missing_schema_or_a_bad_name_is_a_clear_error() {
         .connect()
         .await
         .unwrap();
-    let err = pg.check("k", &policy(Algorithm::Gcra, 1, MINUTE), 1).await.unwrap_err();
-    assert!(matches!(err, BackendError::Store(ref m) if m.contains("tollgate migrate")), "{err}");
+    let err = pg
+        .check("k", &policy(Algorithm::Gcra, 1, MINUTE), 1)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, BackendError::Store(ref m) if m.contains("tollgate migrate")),
+        "{err}"
+    );
     for (schema, table) in [("Bad", "t"), ("s", "t;drop"), ("s", "")] {
         let err = common::config(&server.url())
             .schema(schema)
@@ -178,8 +219,8 @@ async fn cleanup_deletes_only_idle_rows() {
     let db = client(&server.url()).await;
     let second = 1_000_000_000;
     let p = policy(Algorithm::TokenBucket, 10, 10 * second); // one token a second
-    // k0 took 1 token at T0 (full again at T0 + 1 s); k1 took 5 (T0 + 5 s);
-    // k2 took 10 at T0 + 2 s (T0 + 12 s).
+                                                             // k0 took 1 token at T0 (full again at T0 + 1 s); k1 took 5 (T0 + 5 s);
+                                                             // k2 took 10 at T0 + 2 s (T0 + 12 s).
     pg.check_at("k0", &p, 1, T0).await.unwrap();
     pg.check_at("k1", &p, 5, T0).await.unwrap();
     pg.check_at("k2", &p, 10, T0 + 2 * second).await.unwrap();
@@ -205,7 +246,10 @@ async fn cleanup_deletes_only_idle_rows() {
     // The cleanup finds rows through the idle_at index.
     let plan: Vec<String> = db
         .query(
-            &format!("EXPLAIN SELECT key FROM {} WHERE idle_at <= 0 ORDER BY idle_at LIMIT 10", pg.table()),
+            &format!(
+                "EXPLAIN SELECT key FROM {} WHERE idle_at <= 0 ORDER BY idle_at LIMIT 10",
+                pg.table()
+            ),
             &[],
         )
         .await
@@ -213,7 +257,10 @@ async fn cleanup_deletes_only_idle_rows() {
         .iter()
         .map(|r| r.get(0))
         .collect();
-    assert!(plan.iter().any(|l| l.contains("cleanup_test_idle_at")), "{plan:?}");
+    assert!(
+        plan.iter().any(|l| l.contains("cleanup_test_idle_at")),
+        "{plan:?}"
+    );
 }
 
 #[tokio::test]
@@ -223,7 +270,10 @@ async fn awkward_keys_are_stored_hashed_and_keep_their_state() {
     };
     let pg = common::backend(&server.url()).await;
     let p = policy(Algorithm::Gcra, 10, MINUTE);
-    assert!(matches!(pg.check("", &p, 1).await, Err(BackendError::InvalidKey(_))));
+    assert!(matches!(
+        pg.check("", &p, 1).await,
+        Err(BackendError::InvalidKey(_))
+    ));
     for key in ["k".repeat(10_000), "nul\0byte".into(), "#hash".into()] {
         assert!(pg.check_at(&key, &p, 1, T0).await.unwrap().allowed);
         let d = pg.check_at(&key, &p, 10, T0).await.unwrap();
@@ -238,7 +288,8 @@ async fn the_store_switches_from_memory_to_postgres_in_one_line() {
     };
     let p = policy(Algorithm::TokenBucket, 3, MINUTE);
     let memory = Store::new(p.clone(), tollgate::MemoryBackend::new()).unwrap();
-    let postgres: Store<PostgresBackend> = Store::new(p, common::backend(&server.url()).await).unwrap();
+    let postgres: Store<PostgresBackend> =
+        Store::new(p, common::backend(&server.url()).await).unwrap();
     for cost in [1, 1, 2, 1, 4] {
         let (a, b) = (
             memory.check("k", cost).await.unwrap(),

@@ -73,7 +73,11 @@ async fn layered_limits_stay_atomic_under_concurrency() {
         "log last; gcra tat, last; window count, last"
     );
     assert_eq!(log, [1, T0 as i64, admitted as i64]);
-    let pg = common::config(&server.url()).prefix(&prefix).connect().await.unwrap();
+    let pg = common::config(&server.url())
+        .prefix(&prefix)
+        .connect()
+        .await
+        .unwrap();
     let peek = pg.check_at("k", &policy, 0, T0).await.unwrap();
     assert_eq!((peek.limit, peek.remaining), (50, 50 - admitted));
     let denied = pg.check_at("k", &policy, 2, T0).await.unwrap();

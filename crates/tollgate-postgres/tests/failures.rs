@@ -14,7 +14,10 @@ use tollgate_postgres::PostgresConfig;
 const MINUTE: u64 = 60_000_000_000;
 
 fn policy() -> Policy {
-    Policy::new(Limit::new(Algorithm::Gcra, Quota::new(100, MINUTE).unwrap()))
+    Policy::new(Limit::new(
+        Algorithm::Gcra,
+        Quota::new(100, MINUTE).unwrap(),
+    ))
 }
 
 /// Generous for a machine busy compiling, far below a hang.
@@ -53,7 +56,10 @@ async fn a_row_locked_past_the_statement_timeout_is_a_timeout() {
     assert_eq!(locked, 1);
     let start = Instant::now();
     let result = pg.check("locked", &policy(), 1).await;
-    assert!(matches!(result, Err(BackendError::Timeout(d)) if d == deadline), "{result:?}");
+    assert!(
+        matches!(result, Err(BackendError::Timeout(d)) if d == deadline),
+        "{result:?}"
+    );
     assert!(start.elapsed() < PROMPTLY, "took {:?}", start.elapsed());
     // Other keys are not held up, and the key is usable once released.
     assert!(pg.check("free", &policy(), 1).await.unwrap().allowed);
@@ -77,7 +83,10 @@ async fn an_exhausted_pool_is_a_timeout() {
     let busy = pg.pool().get().await.unwrap();
     let start = Instant::now();
     let result = pg.check("k", &policy(), 1).await;
-    assert!(matches!(result, Err(BackendError::Timeout(d)) if d == deadline), "{result:?}");
+    assert!(
+        matches!(result, Err(BackendError::Timeout(d)) if d == deadline),
+        "{result:?}"
+    );
     assert!(start.elapsed() < PROMPTLY);
     drop(busy);
     assert!(pg.check("k", &policy(), 1).await.unwrap().allowed);
@@ -136,7 +145,10 @@ async fn a_stopped_server_fails_fast_and_a_restarted_one_is_used_again() {
         let start = Instant::now();
         let result = pg.check("r", &policy(), 1).await;
         assert!(
-            matches!(result, Err(BackendError::Unavailable(_) | BackendError::Timeout(_))),
+            matches!(
+                result,
+                Err(BackendError::Unavailable(_) | BackendError::Timeout(_))
+            ),
             "{result:?}"
         );
         assert!(start.elapsed() < PROMPTLY, "took {:?}", start.elapsed());
@@ -176,7 +188,10 @@ async fn a_server_gone_is_unavailable_and_the_password_never_shows() {
     let start = Instant::now();
     let err = pg.check("k", &policy(), 1).await.unwrap_err();
     assert!(start.elapsed() < PROMPTLY);
-    assert!(matches!(err, BackendError::Unavailable(_) | BackendError::Timeout(_)), "{err}");
+    assert!(
+        matches!(err, BackendError::Unavailable(_) | BackendError::Timeout(_)),
+        "{err}"
+    );
     let refused = PostgresConfig::new(&url)
         .connect_timeout(Duration::from_millis(500))
         .connect()

@@ -30,7 +30,11 @@ pub fn own() -> Option<PgServer> {
 /// A prefix no other test in this process uses.
 pub fn fresh_prefix() -> String {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
-    format!("t{}-{}:", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed))
+    format!(
+        "t{}-{}:",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
 }
 
 /// Defaults for tests: a fresh prefix, a generous deadline, no background
