@@ -55,6 +55,13 @@ LANGUAGE sql IMMUTABLE AS $$
     SELECT least(div(greatest(ticks, 0), p), 18446744073709551615)
 $$;
 
+-- A debt after a forced charge, capped at 2^120 ticks like the core's
+-- (every wait has saturated long before).
+CREATE OR REPLACE FUNCTION @T@_forced(debt numeric, cost numeric, p numeric) RETURNS numeric
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT least(debt + cost * p, 1329227995784915872903807060280344576)
+$$;
+
 -- Each algorithm: (op, its state segment, its log segment, limit, period,
 -- burst, now, cost) -> (decision, next state, next log).
 --   op 0  decide a charge of `cost`: `d` is the decision, `nxt`/`nlg` the
@@ -79,7 +86,7 @@ BEGIN
         nxt := ARRAY[greatest(count - cost, 0), t];
         RETURN;
     ELSIF op = 2 THEN
-        nxt := ARRAY[count + cost, t];
+        nxt := ARRAY[least(count + cost, 18446744073709551615), t];
         RETURN;
     END IF;
     IF cost > l THEN
@@ -117,7 +124,7 @@ BEGIN
         nxt := ARRAY[greatest(prev - (cost - x), 0), curr - x, t];
         RETURN;
     ELSIF op = 2 THEN
-        nxt := ARRAY[prev, curr + cost, t];
+        nxt := ARRAY[prev, least(curr + cost, 18446744073709551615), t];
         RETURN;
     END IF;
     IF cost > l THEN
@@ -184,7 +191,7 @@ BEGIN
     IF op = 1 THEN
         after := greatest(debt - cost * p, 0);
     ELSIF op = 2 THEN
-        after := debt + cost * p;
+        after := @T@_forced(debt, cost, p);
     ELSE
         SELECT * INTO d, after FROM @T@_bucket(debt, l, p, b, t, cost);
     END IF;
@@ -205,7 +212,7 @@ BEGIN
     IF op = 1 THEN
         after := greatest(debt - cost * p, 0);
     ELSIF op = 2 THEN
-        after := debt + cost * p;
+        after := @T@_forced(debt, cost, p);
     ELSE
         SELECT * INTO d, after FROM @T@_bucket(debt, l, p, b, t, cost);
     END IF;
@@ -226,7 +233,7 @@ BEGIN
     IF op = 1 THEN
         after := greatest(debt - cost * p, 0);
     ELSIF op = 2 THEN
-        after := debt + cost * p;
+        after := @T@_forced(debt, cost, p);
     ELSE
         SELECT * INTO d, after FROM @T@_bucket(debt, l, p, b, t, cost);
     END IF;
@@ -252,7 +259,7 @@ BEGIN
         nxt := ARRAY[at + greatest(wait - cost * p, 0), t];
         RETURN;
     ELSIF op = 2 THEN
-        nxt := ARRAY[at + wait + cost * p, t];
+        nxt := ARRAY[at + @T@_forced(wait, cost, p), t];
         RETURN;
     END IF;
     IF cost = 0 THEN
@@ -355,6 +362,16 @@ BEGIN
         END IF;
     END IF;
 
+    IF op = 2 THEN
+        -- The live sum stays a bigint: a larger forced cost counts as the
+        -- most that fits, which blocks the key for the period all the same.
+        cost := least(cost, 9223372036854775807 - (total - start));
+        IF cost = 0 THEN
+            nxt := ARRAY[t];
+            nlg := CASE WHEN n = 0 THEN '{0}' ELSE lg END;
+            RETURN;
+        END IF;
+    END IF;
     -- A charge (admitted or forced): drop what has left, rebase, append.
     ats := lg[2 + live : 1 + n];
     cums := ARRAY(SELECT v - start FROM unnest(lg[2 + n + live : 1 + 2 * n])
@@ -455,7 +472,12 @@ BEGIN
                 op := 0;
                 cost := 0;
             ELSIF p_op = 3 THEN
+                -- Nothing fits: the decision on one unit says when to come
+                -- back (a peek for a lease of 0), and charges nothing.
                 cost := least(p_cost, cost);
+                IF cost = 0 THEN
+                    cost := least(p_cost, 1);
+                END IF;
             END IF;
             out := ARRAY[1, 0];
             new_st := '{}';
