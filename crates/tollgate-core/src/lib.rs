@@ -25,6 +25,7 @@
 mod algorithm;
 pub mod algorithms;
 mod decision;
+mod lease;
 mod multi;
 mod quota;
 mod state;
@@ -33,6 +34,7 @@ mod ticks;
 pub use algorithm::{Algorithm, UnknownAlgorithm};
 pub use algorithms::AlgorithmState;
 pub use decision::{Decision, RetryAfter};
-pub use multi::{decide_all, preview_all};
+pub use lease::{Lease, LeaseError};
+pub use multi::{decide_all, force_all, lease_all, preview_all, refund_all};
 pub use quota::{Limit, Quota, QuotaError};
 pub use state::State;
