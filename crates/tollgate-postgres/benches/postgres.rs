@@ -206,7 +206,11 @@ async fn redis_throughput(
 
 /// A pgbench script sending the very statement a decision sends, with the
 /// policy's id as the backend computes it (read back from a row).
-async fn pgbench_script(server: &PgServer, admin: &Client, policy: &Policy) -> Result<String, Error> {
+async fn pgbench_script(
+    server: &PgServer,
+    admin: &Client,
+    policy: &Policy,
+) -> Result<String, Error> {
     let backend = PostgresConfig::new(server.url())
         .prefix("probe:")
         .cleanup_every(None)
@@ -238,8 +242,19 @@ async fn pgbench_script(server: &PgServer, admin: &Client, policy: &Policy) -> R
 fn pgbench(server: &PgServer, script: &str, callers: usize, seconds: u64) -> Result<f64, Error> {
     let out = Command::new(server.bin().join("pgbench"))
         .args(["-h", "127.0.0.1", "-p", &server.port().to_string()])
-        .args(["-U", tollgate_postgres::harness::USER, "-n", "-M", "prepared"])
-        .args(["-c", &callers.to_string(), "-j", &callers.min(2).to_string()])
+        .args([
+            "-U",
+            tollgate_postgres::harness::USER,
+            "-n",
+            "-M",
+            "prepared",
+        ])
+        .args([
+            "-c",
+            &callers.to_string(),
+            "-j",
+            &callers.min(2).to_string(),
+        ])
         .args(["-T", &seconds.to_string(), "-f", script, "postgres"])
         .output()?;
     let text = String::from_utf8_lossy(&out.stdout);

@@ -362,15 +362,11 @@ BEGIN
         END IF;
     END IF;
 
-    IF op = 2 THEN
-        -- The live sum stays a bigint: a larger forced cost counts as the
-        -- most that fits, which blocks the key for the period all the same.
-        cost := least(cost, 9223372036854775807 - (total - start));
-        IF cost = 0 THEN
-            nxt := ARRAY[t];
-            nlg := CASE WHEN n = 0 THEN '{0}' ELSE lg END;
-            RETURN;
-        END IF;
+    IF op = 2 AND total - start + cost > 9223372036854775807 THEN
+        -- The live sum is a bigint; refused before anything changes.
+        RAISE EXCEPTION USING ERRCODE = 'numeric_value_out_of_range',
+            MESSAGE = format('a forced charge of %s would take the sliding log past '
+                             '2^63 - 1 units in one period', cost);
     END IF;
     -- A charge (admitted or forced): drop what has left, rebase, append.
     ats := lg[2 + live : 1 + n];
@@ -414,7 +410,8 @@ $$;
 --   p_now    the request time in ns, or NULL for the database clock
 --   p_floor  if > 0, least ns a written row is kept past the database
 --            clock (for replays, whose times are not the database's)
--- Returns [all allowed (0/1), cost charged (the lease's grant), then per
+-- Returns [all allowed (0/1), cost charged (a check's when admitted, a
+-- forced one, the lease's grant; 0 for a refund), then per
 -- limit: allowed, remaining, retry_after (-1 never), reset_after, delay].
 CREATE OR REPLACE FUNCTION @T@_apply(
     p_key text, p_policy bigint, p_limits bigint[], p_op smallint, p_cost numeric,
@@ -430,6 +427,7 @@ DECLARE
     t bigint;
     op smallint;
     cost numeric;
+    k numeric;
     i int;
     alg int;
     slen int;
@@ -474,7 +472,7 @@ BEGIN
             ELSIF p_op = 3 THEN
                 -- Nothing fits: the decision on one unit says when to come
                 -- back (a peek for a lease of 0), and charges nothing.
-                cost := least(p_cost, cost);
+                cost := least(p_cost, k);
                 IF cost = 0 THEN
                     cost := least(p_cost, 1);
                 END IF;
@@ -497,15 +495,17 @@ BEGIN
                     lseg := lg[lo : lo + llen - 1];
                     lo := lo + llen;
                 END IF;
-                SELECT * INTO d, nxt, nlg FROM @T@_step(alg, op, seg, lseg,
+                -- Refunding or forcing nothing changes nothing: a peek.
+                SELECT * INTO d, nxt, nlg FROM @T@_step(alg,
+                    CASE WHEN cost = 0 THEN 0 ELSE op END::smallint, seg, lseg,
                     p_limits[4 * i - 2], p_limits[4 * i - 1], p_limits[4 * i], t, cost);
-                IF op <> 0 THEN
+                IF op <> 0 AND cost > 0 THEN
                     -- Refund and force report the key's numbers right after.
                     SELECT s.d INTO d FROM @T@_step(alg, 0::smallint, nxt, nlg,
                         p_limits[4 * i - 2], p_limits[4 * i - 1], p_limits[4 * i], t, 0) s;
                 END IF;
                 IF pass = 1 THEN
-                    cost := CASE WHEN i = 1 THEN d[2] ELSE least(cost, d[2]) END;
+                    k := CASE WHEN i = 1 THEN d[2] ELSE least(k, d[2]) END;
                 END IF;
                 all_ok := all_ok AND d[1] = 1;
                 out := out || d[1 : 5];
@@ -515,7 +515,7 @@ BEGIN
             END LOOP;
         END LOOP;
         out[1] := CASE WHEN all_ok THEN 1 ELSE 0 END;
-        out[2] := CASE WHEN all_ok OR op <> 0 THEN cost ELSE 0 END;
+        out[2] := CASE WHEN p_op = 1 THEN 0 WHEN all_ok OR op <> 0 THEN cost ELSE 0 END;
         IF cost = 0 OR (op = 0 AND NOT all_ok) THEN
             RETURN out;
         END IF;

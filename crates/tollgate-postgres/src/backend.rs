@@ -10,7 +10,7 @@ use tokio_postgres::tls::{MakeTlsConnect, TlsConnect};
 use tokio_postgres::types::Type;
 use tokio_postgres::{NoTls, Socket};
 use tollgate::{Backend, BackendError, Policy};
-use tollgate_core::{Algorithm, Decision, Limit, RetryAfter};
+use tollgate_core::{Decision, Lease, Limit, RetryAfter};
 
 use crate::encoding::{encode, stored_key, Operation};
 use crate::errors::{classify, from_pool};
@@ -319,15 +319,6 @@ impl Drop for AbortOnDrop {
     }
 }
 
-/// An operation's outcome: the cost charged and the key's numbers.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Applied {
-    /// The cost charged: the request's when admitted, the grant of a lease.
-    pub granted: u64,
-    /// The decision, merged over the policy's limits.
-    pub decision: Decision,
-}
-
 impl PostgresBackend {
     /// Connects to `url` with the defaults of [`PostgresConfig`].
     pub async fn connect(url: &str) -> Result<Self, BackendError> {
@@ -355,42 +346,28 @@ impl PostgresBackend {
         cost: u64,
         now_ns: u64,
     ) -> Result<Decision, BackendError> {
-        let applied = self
-            .apply_at(key, policy, Operation::Check, cost, now_ns)
-            .await?;
-        Ok(applied.decision)
+        let done = self.apply_at(key, policy, Operation::Check(cost), now_ns);
+        Ok(done.await?.decision)
     }
 
     /// Any [`Operation`] at `now_ns` on the caller's clock (see
-    /// [`check_at`](Self::check_at)): what the amount means depends on the
-    /// operation. A lease on a sliding log is refused: the log needs every
-    /// request's time centrally.
+    /// [`check_at`](Self::check_at)), reported as a [`Lease`]: the cost
+    /// charged (the request's when admitted, the grant of a lease, the
+    /// amount of a forced charge; 0 otherwise) and the key's numbers.
     pub async fn apply_at(
         &self,
         key: &str,
         policy: &Policy,
         op: Operation,
-        amount: u64,
         now_ns: u64,
-    ) -> Result<Applied, BackendError> {
+    ) -> Result<Lease, BackendError> {
         let now = i64::try_from(now_ns).map_err(|_| {
             BackendError::Store(format!(
                 "time {now_ns}ns is beyond the store's range (below 2^63 ns)"
             ))
         })?;
-        self.apply(key, policy, op, amount, Some(now), self.replay_floor_ns)
+        self.apply(key, policy, op, Some(now), self.replay_floor_ns)
             .await
-    }
-
-    /// Any [`Operation`] on the database clock.
-    pub async fn apply_now(
-        &self,
-        key: &str,
-        policy: &Policy,
-        op: Operation,
-        amount: u64,
-    ) -> Result<Applied, BackendError> {
-        self.apply(key, policy, op, amount, None, 0).await
     }
 
     /// Deletes up to `batch` rows that are back to a fresh key's state on
@@ -422,22 +399,10 @@ impl PostgresBackend {
         key: &str,
         policy: &Policy,
         op: Operation,
-        cost: u64,
         now: Option<i64>,
         floor_ns: i64,
-    ) -> Result<Applied, BackendError> {
-        if op == Operation::Lease {
-            if let Some(log) = policy
-                .limits()
-                .iter()
-                .find(|l| l.algorithm == Algorithm::SlidingLog)
-            {
-                return Err(BackendError::UnsupportedPolicy(format!(
-                    "{} cannot lease: a sliding log needs every request's time centrally",
-                    log.algorithm
-                )));
-            }
-        }
+    ) -> Result<Lease, BackendError> {
+        let (code, amount) = op.encode(policy)?;
         let key = stored_key(&self.prefix, key)?;
         let encoded = encode(policy);
         let run = async {
@@ -454,8 +419,8 @@ impl PostgresBackend {
                         &key,
                         &encoded.id,
                         &encoded.limits,
-                        &(op as i16),
-                        &Numeric(cost),
+                        &code,
+                        &Numeric(amount),
                         &now,
                         &floor_ns,
                     ],
@@ -494,8 +459,8 @@ impl Backend for PostgresBackend {
     }
 
     async fn check(&self, key: &str, policy: &Policy, cost: u64) -> Result<Decision, BackendError> {
-        let applied = self.apply_now(key, policy, Operation::Check, cost).await?;
-        Ok(applied.decision)
+        let done = self.apply(key, policy, Operation::Check(cost), None, 0);
+        Ok(done.await?.decision)
     }
 
     async fn reset(&self, key: &str, policy: &Policy) -> Result<(), BackendError> {
@@ -509,6 +474,30 @@ impl Backend for PostgresBackend {
                 .map_err(|e| classify(&e, self.timeout))
         };
         self.within_deadline(run).await.map(drop)
+    }
+
+    async fn refund(
+        &self,
+        key: &str,
+        policy: &Policy,
+        cost: u64,
+    ) -> Result<Decision, BackendError> {
+        let done = self.apply(key, policy, Operation::Refund(cost), None, 0);
+        Ok(done.await?.decision)
+    }
+
+    async fn force(&self, key: &str, policy: &Policy, cost: u64) -> Result<Decision, BackendError> {
+        let done = self.apply(key, policy, Operation::Force(cost), None, 0);
+        Ok(done.await?.decision)
+    }
+
+    fn lease(
+        &self,
+        key: &str,
+        policy: &Policy,
+        max: u64,
+    ) -> impl Future<Output = Result<Lease, BackendError>> + Send {
+        self.apply(key, policy, Operation::Lease(max), None, 0)
     }
 }
 
@@ -534,7 +523,7 @@ async fn clean_periodically(pool: Pool, sql: String, every: Duration, batch: u32
 
 /// The function's answer (`[all allowed, charged, then allowed, remaining,
 /// retry (-1 never), reset, delay per limit]`) as the merged decision.
-fn to_applied(values: &[Integer], limits: &[Limit]) -> Result<Applied, BackendError> {
+fn to_applied(values: &[Integer], limits: &[Limit]) -> Result<Lease, BackendError> {
     if values.len() != 2 + 5 * limits.len() {
         return Err(BackendError::Store(format!(
             "expected {} numbers from the database, got {}",
@@ -566,7 +555,7 @@ fn to_applied(values: &[Integer], limits: &[Limit]) -> Result<Applied, BackendEr
             None => decision,
         });
     }
-    Ok(Applied {
+    Ok(Lease {
         granted: u64_of(&values[1])?,
         decision: merged.ok_or_else(|| BackendError::Store("a policy without limits".into()))?,
     })

@@ -2,7 +2,7 @@
 //! and a flat array of its limits, and the operation's code.
 
 use tollgate::{BackendError, Policy};
-use tollgate_core::Algorithm;
+use tollgate_core::{Algorithm, LeaseError};
 
 /// Longest caller key stored as is, in bytes; longer keys are hashed.
 pub const MAX_KEY_BYTES: usize = 512;
@@ -11,21 +11,42 @@ pub const MAX_KEY_BYTES: usize = 512;
 /// key can name a hashed one's row.
 const HASHED: char = '#';
 
-/// An operation on a key: the operation argument of the schema's `_apply`
-/// function (`sql/schema.sql`), which every operation shares.
+/// One operation of the [`Backend`](tollgate::Backend) trait on a key, with
+/// its amount; all go through the schema's one `_apply` function, which
+/// takes the operation as an argument.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[repr(i16)]
 pub enum Operation {
-    /// Decide a charge of the amount, charged only if admitted (0 peeks).
-    Check = 0,
-    /// Give the amount back, as the exact inverse of a charge made now,
-    /// capped at a fresh key.
-    Refund = 1,
-    /// Charge the amount whatever the state (buckets may go into debt,
-    /// windows past their limit).
-    Force = 2,
-    /// Charge the largest cost up to the amount that is admitted now.
-    Lease = 3,
+    /// [`Backend::check`](tollgate::Backend::check) of this cost (0 peeks).
+    Check(u64),
+    /// [`Backend::refund`](tollgate::Backend::refund) of this cost.
+    Refund(u64),
+    /// [`Backend::force`](tollgate::Backend::force) of this cost.
+    Force(u64),
+    /// [`Backend::lease`](tollgate::Backend::lease) of at most this cost.
+    Lease(u64),
+}
+
+impl Operation {
+    /// The function's operation code and amount; a lease of a policy with
+    /// a sliding log is refused here, before reaching the database.
+    pub(crate) fn encode(self, policy: &Policy) -> Result<(i16, u64), BackendError> {
+        Ok(match self {
+            Operation::Check(cost) => (0, cost),
+            Operation::Refund(cost) => (1, cost),
+            Operation::Force(cost) => (2, cost),
+            Operation::Lease(max) => {
+                if policy
+                    .limits()
+                    .iter()
+                    .any(|l| l.algorithm == Algorithm::SlidingLog)
+                {
+                    let refused = LeaseError::NotLeasable(Algorithm::SlidingLog);
+                    return Err(BackendError::UnsupportedPolicy(refused.to_string()));
+                }
+                (3, max)
+            }
+        })
+    }
 }
 
 /// The key as stored: itself when it is 1 to [`MAX_KEY_BYTES`] bytes without

@@ -16,6 +16,9 @@ pub(crate) fn classify(e: &tokio_postgres::Error, deadline: Duration) -> Backend
         return if *code == SqlState::QUERY_CANCELED || *code == SqlState::LOCK_NOT_AVAILABLE {
             // statement_timeout, set to the deadline on every connection.
             BackendError::Timeout(deadline)
+        } else if *code == SqlState::NUMERIC_VALUE_OUT_OF_RANGE {
+            // Raised by the functions before changing anything.
+            BackendError::OutOfRange(said)
         } else if *code == SqlState::READ_ONLY_SQL_TRANSACTION {
             BackendError::Unavailable(format!(
                 "the database is read-only (a standby?); decisions need a primary: {said}"

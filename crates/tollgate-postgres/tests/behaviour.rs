@@ -302,3 +302,42 @@ async fn the_store_switches_from_memory_to_postgres_in_one_line() {
     assert_eq!(postgres.peek("k").await.unwrap().remaining, 3);
     let _ = PostgresConfig::new("unused");
 }
+
+#[tokio::test]
+async fn refund_force_and_lease_through_the_store() {
+    let Some(server) = common::shared() else {
+        return;
+    };
+    let pg = common::backend(&server.url()).await;
+    let bucket = Store::new(policy(Algorithm::TokenBucket, 10, MINUTE), &pg).unwrap();
+    let lease = bucket.lease("k", 4).await.unwrap();
+    assert_eq!((lease.granted, lease.decision.remaining), (4, 6));
+    assert_eq!(bucket.refund("k", 1).await.unwrap().remaining, 7);
+    // A forced charge goes into debt: 7 tokens left, 10 taken.
+    let forced = bucket.force("k", 10).await.unwrap();
+    assert!(forced.allowed);
+    assert_eq!(forced.remaining, 0);
+    let denied = bucket.check("k", 1).await.unwrap();
+    assert!(!denied.allowed);
+    // 3 tokens of debt and 1 more to take: 4 intervals of 6 s, minus the
+    // time since (microseconds).
+    let RetryAfter::After(wait) = denied.retry_after else {
+        panic!("{denied:?}")
+    };
+    assert!(wait > 23_000_000_000 && wait <= 24_000_000_000, "{wait}");
+    let nothing = bucket.lease("k", 5).await.unwrap();
+    assert_eq!(nothing.granted, 0);
+    assert!(!nothing.decision.allowed, "the decision on one unit");
+
+    let log = Store::new(policy(Algorithm::SlidingLog, 10, MINUTE), &pg).unwrap();
+    assert!(matches!(
+        log.lease("k", 1).await,
+        Err(BackendError::UnsupportedPolicy(_))
+    ));
+    assert_eq!(log.force("k", 3).await.unwrap().remaining, 7);
+    assert!(matches!(
+        log.force("k", u64::MAX).await,
+        Err(BackendError::OutOfRange(_))
+    ));
+    assert_eq!(log.peek("k").await.unwrap().remaining, 7, "nothing changed");
+}
