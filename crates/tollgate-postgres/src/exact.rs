@@ -17,8 +17,10 @@
 //! - **Costs**: any `u64`, sent as `numeric`.
 //! - **Sliding log**: times and running totals of the live entries are
 //!   `bigint`; the admitted cost inside one period is at most the limit, so
-//!   only forced charges beyond 2^63 units in one period could overflow
-//!   (and would fail as a store error, never wrap).
+//!   only forced charges could take it past 2^63 - 1 units in one period,
+//!   and those are refused with `BackendError::OutOfRange`, changing
+//!   nothing (the core would cap them at 2^64 - 1; either way the key is
+//!   blocked for the period).
 
 /// Request times are accepted below this (ns since the Unix epoch, or since
 /// a replayed trace's time 0).

@@ -93,3 +93,40 @@ impl<'a> FromSql<'a> for Integer {
         *ty == Type::NUMERIC
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn round_trip(v: u64) -> i128 {
+        let mut buf = BytesMut::new();
+        Numeric(v).to_sql(&Type::NUMERIC, &mut buf).unwrap();
+        Integer::from_sql(&Type::NUMERIC, &buf).unwrap().0
+    }
+
+    #[test]
+    fn integers_survive_the_wire() {
+        for v in [0, 1, 9_999, 10_000, 10_001, 100_000_000, 1 << 53, u64::MAX] {
+            assert_eq!(round_trip(v), v as i128);
+        }
+    }
+
+    #[test]
+    fn negatives_and_trailing_zero_digits_decode() {
+        // -1: one digit, weight 0, negative; 2 * 10^8 as a single digit of
+        // weight 2; 7.0000 as digits [7, 0] with a fraction of zeros.
+        let raw = |words: &[u16]| {
+            words
+                .iter()
+                .flat_map(|w| w.to_be_bytes())
+                .collect::<Vec<u8>>()
+        };
+        let decode = |words: &[u16]| Integer::from_sql(&Type::NUMERIC, &raw(words));
+        assert_eq!(decode(&[1, 0, NEGATIVE, 0, 1]).unwrap().0, -1);
+        assert_eq!(decode(&[1, 2, POSITIVE, 0, 2]).unwrap().0, 200_000_000);
+        assert_eq!(decode(&[2, 0, POSITIVE, 4, 7, 0]).unwrap().0, 7);
+        assert!(decode(&[2, 0, POSITIVE, 4, 7, 5]).is_err(), "a fraction");
+        assert!(decode(&[0, 0, 0xC000, 0]).is_err(), "NaN");
+        assert!(decode(&[1, 0]).is_err(), "truncated");
+    }
+}
