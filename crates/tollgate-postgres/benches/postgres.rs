@@ -129,6 +129,26 @@ where
     Ok(decisions as f64 / start.elapsed().as_secs_f64())
 }
 
+/// Decisions per second of `backends` (one per caller) on `policy`.
+async fn decisions<B: Backend + Clone + 'static>(
+    backends: Vec<B>,
+    policy: &Policy,
+    run: Duration,
+) -> Result<f64, Error> {
+    let states = backends.into_iter().map(|b| (b, policy.clone())).collect();
+    drive(states, run, |(backend, policy), key| {
+        let (backend, policy) = (backend.clone(), policy.clone());
+        async move {
+            backend
+                .check(&key, &policy, 1)
+                .await
+                .map(drop)
+                .map_err(|e| e.to_string())
+        }
+    })
+    .await
+}
+
 async fn throughput(
     server: &PgServer,
     policy: &Policy,
@@ -142,19 +162,9 @@ async fn throughput(
             .migrate(false)
             .cleanup_every(None)
             .timeout(Duration::from_secs(1));
-        backends.push((config.connect().await?, policy.clone()));
+        backends.push(config.connect().await?);
     }
-    drive(backends, run, |(backend, policy), key| {
-        let (backend, policy) = (backend.clone(), policy.clone());
-        async move {
-            backend
-                .check(&key, &policy, 1)
-                .await
-                .map(drop)
-                .map_err(|e| e.to_string())
-        }
-    })
-    .await
+    decisions(backends, policy, run).await
 }
 
 async fn naive_throughput(server: &PgServer, callers: usize, run: Duration) -> Result<f64, Error> {
@@ -189,19 +199,9 @@ async fn redis_throughput(
         let config = RedisConfig::new(server.url())
             .prefix("tp:")
             .timeout(Duration::from_secs(1));
-        backends.push((config.connect().await?, policy.clone()));
+        backends.push(config.connect().await?);
     }
-    drive(backends, run, |(backend, policy), key| {
-        let (backend, policy) = (backend.clone(), policy.clone());
-        async move {
-            backend
-                .check(&key, &policy, 1)
-                .await
-                .map(drop)
-                .map_err(|e| e.to_string())
-        }
-    })
-    .await
+    decisions(backends, policy, run).await
 }
 
 /// A pgbench script sending the very statement a decision sends, with the

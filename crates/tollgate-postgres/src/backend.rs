@@ -189,17 +189,15 @@ impl PostgresConfig {
     {
         let names = Names::new(&self.schema, &self.table)?;
         let pool = self.pool(tls)?;
-        let deadline = self.connect_timeout;
-        let setup = async {
-            let mut client = pool.get().await.map_err(|e| from_pool(e, deadline))?;
+        // A first connection, so that a bad URL or a down server fails here.
+        self.within_connect_deadline(async {
+            let mut client = self.first_client(&pool).await?;
             if self.migrate {
-                schema::migrate(&mut client, &names, deadline).await?;
+                schema::migrate(&mut client, &names, self.connect_timeout).await?;
             }
-            Ok::<_, BackendError>(())
-        };
-        tokio::time::timeout(deadline, setup)
-            .await
-            .map_err(|_| BackendError::Timeout(deadline))??;
+            Ok(())
+        })
+        .await?;
         let cleanup = self.cleanup_every.map(|every| {
             let task = tokio::spawn(clean_periodically(
                 pool.clone(),
@@ -228,15 +226,27 @@ impl PostgresConfig {
     /// over one connection without TLS.
     pub async fn run_migrations(self) -> Result<Migration, BackendError> {
         let names = Names::new(&self.schema, &self.table)?;
-        let deadline = self.connect_timeout;
         let pool = self.pool(NoTls)?;
-        let run = async {
-            let mut client = pool.get().await.map_err(|e| from_pool(e, deadline))?;
-            schema::migrate(&mut client, &names, deadline).await
-        };
-        tokio::time::timeout(deadline, run)
+        self.within_connect_deadline(async {
+            let mut client = self.first_client(&pool).await?;
+            schema::migrate(&mut client, &names, self.connect_timeout).await
+        })
+        .await
+    }
+
+    async fn first_client(&self, pool: &Pool) -> Result<deadpool_postgres::Object, BackendError> {
+        pool.get()
             .await
-            .map_err(|_| BackendError::Timeout(deadline))?
+            .map_err(|e| from_pool(e, self.connect_timeout))
+    }
+
+    async fn within_connect_deadline<T>(
+        &self,
+        setup: impl Future<Output = Result<T, BackendError>>,
+    ) -> Result<T, BackendError> {
+        tokio::time::timeout(self.connect_timeout, setup)
+            .await
+            .map_err(|_| BackendError::Timeout(self.connect_timeout))?
     }
 
     fn pool<T>(&self, tls: T) -> Result<Pool, BackendError>
