@@ -4,8 +4,8 @@
 //! Binaries come from the Debian `postgresql` package: the newest
 //! `/usr/lib/postgresql/<version>/bin` holding `initdb` and `postgres`, else
 //! the directory `initdb` on `PATH` resolves to. Each server gets its own
-//! temporary directory (data, socket and log), trust authentication for the
-//! user `tollgate`, no durability (`fsync=off`: these servers are for tests)
+//! temporary directory (data, socket and log; the data a copy of a cluster
+//! `initdb` made once), trust authentication for the user `tollgate`, no durability (`fsync=off`: these servers are for tests)
 //! and listens on 127.0.0.1 only.
 //!
 //! PostgreSQL refuses to run as root, so under root (CI) `initdb` and
@@ -213,23 +213,60 @@ impl PgServer {
         self.resume()
     }
 
+    /// A fresh cluster in `data`: a copy of a template cluster made once per
+    /// machine, PostgreSQL version and user (`initdb` takes seconds, a copy
+    /// a fraction of one).
     fn initdb(&self) -> Result<(), HarnessError> {
-        let out = self
-            .command("initdb")
-            .arg("-D")
+        let template = self.template()?;
+        let mut cp = Command::new("cp");
+        cp.arg("-a")
+            .arg(template.join("data"))
             .arg(self.root.join("data"))
+            .current_dir(&self.root);
+        if let Some((uid, gid)) = self.owner {
+            cp.uid(uid).gid(gid);
+        }
+        run(cp, "copy the template cluster")
+    }
+
+    fn template(&self) -> Result<PathBuf, HarnessError> {
+        let version = self
+            .bin
+            .parent()
+            .and_then(|d| d.file_name())
+            .map(|v| v.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let uid = self
+            .owner
+            .map_or_else(|| unsafe { libc::geteuid() }, |o| o.0);
+        let template = std::env::temp_dir().join(format!("tollgate-pgtemplate-{version}-{uid}"));
+        if template.join("data").join("PG_VERSION").is_file() {
+            return Ok(template);
+        }
+        // Made aside and renamed into place, so a racing process sees a
+        // whole template or none (a leftover is removed as stale).
+        let staging = self.root.with_file_name(format!(
+            "{}-template",
+            self.root.file_name().unwrap_or_default().to_string_lossy()
+        ));
+        std::fs::create_dir_all(&staging).map_err(failed("create the template directory"))?;
+        if let Some((uid, gid)) = self.owner {
+            std::os::unix::fs::chown(&staging, Some(uid), Some(gid))
+                .map_err(failed("hand the template directory to the server's user"))?;
+        }
+        let mut initdb = self.command("initdb");
+        initdb
+            .arg("-D")
+            .arg(staging.join("data"))
             .args(["-U", USER, "--auth=trust", "--no-sync", "--no-instructions"])
             .args(["-E", "UTF8", "--locale=C"])
-            .stdin(Stdio::null())
-            .output()
-            .map_err(failed("run initdb"))?;
-        if !out.status.success() {
-            return Err(HarnessError::Failed(format!(
-                "initdb: {}",
-                String::from_utf8_lossy(&out.stderr)
-            )));
+            .current_dir(&staging);
+        run(initdb, "run initdb")?;
+        if std::fs::rename(&staging, &template).is_err() {
+            // Another process got there first.
+            let _ = std::fs::remove_dir_all(&staging);
         }
-        Ok(())
+        Ok(template)
     }
 
     /// `program` from the server's bin directory, as the server's user, in
@@ -283,6 +320,18 @@ impl Drop for PgServer {
         let _ = self.stop();
         let _ = std::fs::remove_dir_all(&self.root);
     }
+}
+
+/// Runs `cmd` to completion; its standard error is the failure's message.
+fn run(mut cmd: Command, what: &'static str) -> Result<(), HarnessError> {
+    let out = cmd.stdin(Stdio::null()).output().map_err(failed(what))?;
+    if !out.status.success() {
+        return Err(HarnessError::Failed(format!(
+            "cannot {what}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )));
+    }
+    Ok(())
 }
 
 fn failed(what: &'static str) -> impl Fn(std::io::Error) -> HarnessError {
