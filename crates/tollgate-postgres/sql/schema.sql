@@ -176,16 +176,21 @@ BEGIN
 END
 $$;
 
-CREATE OR REPLACE FUNCTION @T@_token_bucket(
-    op smallint, s numeric[], lg bigint[], l numeric, p numeric, b numeric,
-    t_in bigint, cost numeric, OUT d numeric[], OUT nxt numeric[], OUT nlg bigint[])
+-- The token bucket (4), GCRA (5) and the leaky meter (6): each reduces the
+-- key to its debt and stores it its own way: the tokens left (below 0 after
+-- a forced charge), the TAT, or the level.
+CREATE OR REPLACE FUNCTION @T@_bucket_family(
+    alg int, op smallint, s numeric[], l numeric, p numeric, b numeric,
+    t_in bigint, cost numeric, OUT d numeric[], OUT nxt numeric[])
 LANGUAGE plpgsql IMMUTABLE AS $$
 DECLARE
     cap numeric := b * p;
     last numeric := coalesce(s[2], 0);
     t numeric := greatest(t_in, last);
-    -- Tokens below 0 are a forced charge's debt.
-    debt numeric := cap - least(cap, coalesce(s[1], cap) + (t - last) * l);
+    debt numeric := CASE alg
+        WHEN 4 THEN cap - least(cap, coalesce(s[1], cap) + (t - last) * l)
+        WHEN 5 THEN greatest(coalesce(s[1], 0) - t * l, 0)
+        ELSE greatest(coalesce(s[1], 0) - (t - last) * l, 0) END;
     after numeric;
 BEGIN
     IF op = 1 THEN
@@ -195,49 +200,7 @@ BEGIN
     ELSE
         SELECT * INTO d, after FROM @T@_bucket(debt, l, p, b, t, cost);
     END IF;
-    nxt := ARRAY[cap - after, t];
-END
-$$;
-
-CREATE OR REPLACE FUNCTION @T@_gcra(
-    op smallint, s numeric[], lg bigint[], l numeric, p numeric, b numeric,
-    t_in bigint, cost numeric, OUT d numeric[], OUT nxt numeric[], OUT nlg bigint[])
-LANGUAGE plpgsql IMMUTABLE AS $$
-DECLARE
-    t numeric := greatest(t_in, coalesce(s[2], 0));
-    at numeric := t * l;
-    debt numeric := greatest(coalesce(s[1], 0) - at, 0);
-    after numeric;
-BEGIN
-    IF op = 1 THEN
-        after := greatest(debt - cost * p, 0);
-    ELSIF op = 2 THEN
-        after := @T@_forced(debt, cost, p);
-    ELSE
-        SELECT * INTO d, after FROM @T@_bucket(debt, l, p, b, t, cost);
-    END IF;
-    nxt := ARRAY[at + after, t];
-END
-$$;
-
-CREATE OR REPLACE FUNCTION @T@_leaky_bucket(
-    op smallint, s numeric[], lg bigint[], l numeric, p numeric, b numeric,
-    t_in bigint, cost numeric, OUT d numeric[], OUT nxt numeric[], OUT nlg bigint[])
-LANGUAGE plpgsql IMMUTABLE AS $$
-DECLARE
-    last numeric := coalesce(s[2], 0);
-    t numeric := greatest(t_in, last);
-    debt numeric := greatest(coalesce(s[1], 0) - (t - last) * l, 0);
-    after numeric;
-BEGIN
-    IF op = 1 THEN
-        after := greatest(debt - cost * p, 0);
-    ELSIF op = 2 THEN
-        after := @T@_forced(debt, cost, p);
-    ELSE
-        SELECT * INTO d, after FROM @T@_bucket(debt, l, p, b, t, cost);
-    END IF;
-    nxt := ARRAY[after, t];
+    nxt := ARRAY[CASE alg WHEN 4 THEN cap - after WHEN 5 THEN t * l + after ELSE after END, t];
 END
 $$;
 
@@ -396,9 +359,7 @@ BEGIN
         WHEN 1 THEN SELECT * INTO d, nxt, nlg FROM @T@_fixed_window(op, s, lg, l, p, b, t, cost);
         WHEN 2 THEN SELECT * INTO d, nxt, nlg FROM @T@_sliding_log(op, s, lg, l, p, b, t, cost);
         WHEN 3 THEN SELECT * INTO d, nxt, nlg FROM @T@_sliding_counter(op, s, lg, l, p, b, t, cost);
-        WHEN 4 THEN SELECT * INTO d, nxt, nlg FROM @T@_token_bucket(op, s, lg, l, p, b, t, cost);
-        WHEN 5 THEN SELECT * INTO d, nxt, nlg FROM @T@_gcra(op, s, lg, l, p, b, t, cost);
-        WHEN 6 THEN SELECT * INTO d, nxt, nlg FROM @T@_leaky_bucket(op, s, lg, l, p, b, t, cost);
+        WHEN 4, 5, 6 THEN SELECT * INTO d, nxt FROM @T@_bucket_family(alg, op, s, l, p, b, t, cost);
         WHEN 7 THEN SELECT * INTO d, nxt, nlg FROM @T@_leaky_queue(op, s, lg, l, p, b, t, cost);
     END CASE;
 END
