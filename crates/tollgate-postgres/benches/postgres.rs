@@ -13,7 +13,8 @@
 //!    table's and its indexes' sizes at 1M keys.
 //!
 //! `cargo bench -p tollgate-postgres --bench postgres [-- SECONDS]` (default
-//! 2 s per throughput run, best of three interleaved runs).
+//! 2 s per throughput run, best of three interleaved runs); `-- sizes` for
+//! the bytes per key only.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -36,10 +37,10 @@ const TABLE_KEYS: i64 = 1_000_000;
 type Error = Box<dyn std::error::Error>;
 
 fn main() -> Result<(), Error> {
-    let seconds: u64 = std::env::args()
-        .skip(1)
-        .find_map(|a| a.parse().ok())
-        .unwrap_or(2);
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let seconds: u64 = args.iter().find_map(|a| a.parse().ok()).unwrap_or(2);
+    // `sizes` measures only the bytes per key.
+    let only_sizes = args.iter().any(|a| a == "sizes");
     let run = Duration::from_secs(seconds);
     let server = PgServer::start()?;
     let redis = RedisServer::start().ok();
@@ -54,6 +55,9 @@ fn main() -> Result<(), Error> {
     let naive = rt.block_on(NaiveWindow::create(&admin, "naive_bench", 1_000_000_000))?;
     drop(naive);
 
+    if only_sizes {
+        return rt.block_on(bytes_per_key(&server, &admin));
+    }
     println!(
         "## Decisions per second (GCRA 1000/min, {KEYS} random keys, best of {ROUNDS} \
          interleaved runs of {seconds} s)\n"
@@ -77,6 +81,21 @@ fn main() -> Result<(), Error> {
             ours / ceiling
         );
     }
+    // One caller on a single-threaded runtime, as pgbench's one thread: no
+    // hop between the caller's task and the connection's on two threads.
+    let single = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let (mut ours, mut ceiling) = (0f64, 0f64);
+    for _ in 0..ROUNDS {
+        ours = ours.max(single.block_on(throughput(&server, &policy, 1, run))?);
+        ceiling = ceiling.max(pgbench(&server, &script, 1, seconds)?);
+    }
+    println!(
+        "\nOne caller on a current-thread runtime: {ours:.0} against pgbench's {ceiling:.0} \
+         ({:.2}x).",
+        ours / ceiling
+    );
     rt.block_on(latency(&server, &admin, &policy))?;
     rt.block_on(bytes_per_key(&server, &admin))?;
     Ok(())
@@ -341,10 +360,10 @@ async fn bytes_per_key(server: &PgServer, admin: &Client) -> Result<(), Error> {
             "INSERT INTO tollgate.sizes (key, policy, state, log, idle_at)
              SELECT 'user-' || i, s.policy, s.state, s.log, s.idle_at + i
              FROM tollgate.sizes s, generate_series(1, {TABLE_KEYS}) i
-             WHERE s.key = 'gcra-1';
-             VACUUM ANALYZE tollgate.sizes;"
+             WHERE s.key = 'gcra-1'"
         ))
         .await?;
+    admin.batch_execute("VACUUM ANALYZE tollgate.sizes").await?;
     let row = admin
         .query_one(
             "SELECT count(*), pg_relation_size('tollgate.sizes'),
