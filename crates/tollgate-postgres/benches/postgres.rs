@@ -233,6 +233,7 @@ async fn pgbench_script(
     let backend = PostgresConfig::new(server.url())
         .prefix("probe:")
         .cleanup_every(None)
+        .timeout(Duration::from_secs(5))
         .connect()
         .await?;
     backend.check("k", policy, 1).await?;
