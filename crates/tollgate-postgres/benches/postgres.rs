@@ -180,7 +180,7 @@ async fn throughput(
             .pool_size(1)
             .migrate(false)
             .cleanup_every(None)
-            .timeout(Duration::from_secs(1));
+            .timeout(Duration::from_secs(10));
         backends.push(config.connect().await?);
     }
     decisions(backends, policy, run).await
@@ -217,7 +217,7 @@ async fn redis_throughput(
     for _ in 0..callers {
         let config = RedisConfig::new(server.url())
             .prefix("tp:")
-            .timeout(Duration::from_secs(1));
+            .timeout(Duration::from_secs(10));
         backends.push(config.connect().await?);
     }
     decisions(backends, policy, run).await
@@ -233,7 +233,7 @@ async fn pgbench_script(
     let backend = PostgresConfig::new(server.url())
         .prefix("probe:")
         .cleanup_every(None)
-        .timeout(Duration::from_secs(5))
+        .timeout(Duration::from_secs(10))
         .connect()
         .await?;
     backend.check("k", policy, 1).await?;
@@ -297,7 +297,7 @@ async fn latency(server: &PgServer, admin: &Client, policy: &Policy) -> Result<(
     let backend = PostgresConfig::new(server.url())
         .pool_size(1)
         .cleanup_every(None)
-        .timeout(Duration::from_secs(1))
+        .timeout(Duration::from_secs(10))
         .connect()
         .await?;
     let ping = admin.prepare("SELECT 1").await?;
@@ -329,7 +329,7 @@ async fn bytes_per_key(server: &PgServer, admin: &Client) -> Result<(), Error> {
     let backend = PostgresConfig::new(server.url())
         .table("sizes")
         .cleanup_every(None)
-        .timeout(Duration::from_secs(5))
+        .timeout(Duration::from_secs(10))
         .connect()
         .await?;
     println!("\n## Bytes per key (pg_column_size of the row)\n");
