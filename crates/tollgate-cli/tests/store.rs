@@ -43,6 +43,37 @@ fn ceil_us(ns: &str) -> String {
     }
 }
 
+/// `tollgate check` on `url` spends a GCRA quota of 2 an hour on `user-1`
+/// and prints each decision as JSON.
+fn checks_spend_a_gcra_quota(url: &str) {
+    let check = |cost: &str| {
+        let args = [
+            "check",
+            "--store",
+            url,
+            "--algorithm",
+            "gcra",
+            "--limit",
+            "2",
+            "--period",
+            "1h",
+            "--cost",
+            cost,
+            "user-1",
+        ];
+        tollgate(&args, "")
+    };
+    let first = check("1");
+    assert!(
+        first.starts_with("{\"allowed\":true,\"limit\":2,\"remaining\":1,\"retry_after_ms\":0,"),
+        "{first}"
+    );
+    assert!(check("1").contains("\"remaining\":0"));
+    let denied = check("1");
+    assert!(denied.contains("\"allowed\":false"), "{denied}");
+    assert!(check("3").contains("\"retry_after_ms\":-1"));
+}
+
 #[test]
 fn replay_through_redis_matches_the_in_process_replay_line_by_line() {
     if skip_requested() {
@@ -91,33 +122,7 @@ fn check_prints_one_json_decision_on_a_server_and_a_cluster() {
     let server = RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
     let cluster = RedisCluster::start().unwrap_or_else(|e| panic!("{e}"));
     for url in [server.url(), cluster.url()] {
-        let check = |cost: &str| {
-            let args = [
-                "check",
-                "--store",
-                &url,
-                "--algorithm",
-                "gcra",
-                "--limit",
-                "2",
-                "--period",
-                "1h",
-                "--cost",
-                cost,
-                "user-1",
-            ];
-            tollgate(&args, "")
-        };
-        let first = check("1");
-        assert!(
-            first
-                .starts_with("{\"allowed\":true,\"limit\":2,\"remaining\":1,\"retry_after_ms\":0,"),
-            "{first}"
-        );
-        assert!(check("1").contains("\"remaining\":0"));
-        let denied = check("1");
-        assert!(denied.contains("\"allowed\":false"), "{denied}");
-        assert!(check("3").contains("\"retry_after_ms\":-1"));
+        checks_spend_a_gcra_quota(&url);
     }
 }
 
@@ -155,31 +160,7 @@ fn migrate_replay_and_check_through_postgres() {
         assert_eq!(local, stored, "{algorithm}");
     }
 
-    let check = |cost: &str| {
-        let args = [
-            "check",
-            "--store",
-            &url,
-            "--algorithm",
-            "gcra",
-            "--limit",
-            "2",
-            "--period",
-            "1h",
-            "--cost",
-            cost,
-            "user-1",
-        ];
-        tollgate(&args, "")
-    };
-    let first = check("1");
-    assert!(
-        first.starts_with("{\"allowed\":true,\"limit\":2,\"remaining\":1,\"retry_after_ms\":0,"),
-        "{first}"
-    );
-    assert!(check("1").contains("\"remaining\":0"));
-    assert!(check("1").contains("\"allowed\":false"));
-    assert!(check("3").contains("\"retry_after_ms\":-1"));
+    checks_spend_a_gcra_quota(&url);
 }
 
 #[test]

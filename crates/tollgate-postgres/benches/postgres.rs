@@ -168,21 +168,33 @@ async fn decisions<B: Backend + Clone + 'static>(
     .await
 }
 
+/// One backend per caller, each made by `connect`.
+async fn per_caller<B, Fut>(callers: usize, connect: impl Fn() -> Fut) -> Result<Vec<B>, Error>
+where
+    Fut: std::future::Future<Output = Result<B, tollgate::BackendError>>,
+{
+    let mut backends = Vec::with_capacity(callers);
+    for _ in 0..callers {
+        backends.push(connect().await?);
+    }
+    Ok(backends)
+}
+
 async fn throughput(
     server: &PgServer,
     policy: &Policy,
     callers: usize,
     run: Duration,
 ) -> Result<f64, Error> {
-    let mut backends = Vec::with_capacity(callers);
-    for _ in 0..callers {
-        let config = PostgresConfig::new(server.url())
+    let backends = per_caller(callers, || {
+        PostgresConfig::new(server.url())
             .pool_size(1)
             .migrate(false)
             .cleanup_every(None)
-            .timeout(Duration::from_secs(10));
-        backends.push(config.connect().await?);
-    }
+            .timeout(Duration::from_secs(10))
+            .connect()
+    })
+    .await?;
     decisions(backends, policy, run).await
 }
 
@@ -213,13 +225,13 @@ async fn redis_throughput(
     callers: usize,
     run: Duration,
 ) -> Result<f64, Error> {
-    let mut backends = Vec::with_capacity(callers);
-    for _ in 0..callers {
-        let config = RedisConfig::new(server.url())
+    let backends = per_caller(callers, || {
+        RedisConfig::new(server.url())
             .prefix("tp:")
-            .timeout(Duration::from_secs(10));
-        backends.push(config.connect().await?);
-    }
+            .timeout(Duration::from_secs(10))
+            .connect()
+    })
+    .await?;
     decisions(backends, policy, run).await
 }
 
