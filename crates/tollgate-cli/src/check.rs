@@ -1,9 +1,9 @@
 //! `tollgate check`: one decision by a shared store, with the store's clock.
 
-use tollgate::Policy;
+use tollgate::{Backend, Policy};
 use tollgate_cli::rule_args::RuleArgs;
 use tollgate_core::{Decision, RetryAfter};
-use tollgate_redis::DEFAULT_PREFIX;
+use tollgate_redis::{RedisBackend, DEFAULT_PREFIX};
 
 use crate::store;
 
@@ -33,9 +33,13 @@ pub struct Args {
 /// Makes the decision and prints it.
 pub fn run(args: Args) -> anyhow::Result<()> {
     let policy = Policy::new(args.rule.rule()?);
-    store::validate(&args.store, &policy)?;
-    let (runtime, backend) = store::connect(&args.store, &args.prefix)?;
-    let decision = runtime.block_on(backend.check(&args.key, &policy, args.cost))?;
+    let decision = if crate::postgres::is_postgres(&args.store) {
+        crate::postgres::check(&args.store, &args.prefix, &policy, &args.key, args.cost)?
+    } else {
+        RedisBackend::validate(&policy)?;
+        let (runtime, backend) = store::connect(&args.store, &args.prefix)?;
+        runtime.block_on(backend.check(&args.key, &policy, args.cost))?
+    };
     println!("{}", to_json(&decision));
     Ok(())
 }

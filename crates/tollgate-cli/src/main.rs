@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 
 mod check;
 mod migrate;
+mod postgres;
 mod replay;
 mod simulate;
 mod store;

@@ -4,7 +4,7 @@
 use anyhow::{bail, Context};
 use tollgate_postgres::{PostgresConfig, DEFAULT_SCHEMA, DEFAULT_TABLE};
 
-use crate::store;
+use crate::postgres;
 
 /// Flags of `tollgate migrate`.
 #[derive(clap::Args, Debug)]
@@ -22,10 +22,10 @@ pub struct Args {
 
 /// Migrates and says what it did.
 pub fn run(args: Args) -> anyhow::Result<()> {
-    if !store::is_postgres(&args.store) {
+    if !postgres::is_postgres(&args.store) {
         bail!(
             "`tollgate migrate` is for PostgreSQL stores (postgres://...), not `{}`",
-            store::redact(&args.store)
+            postgres::redact(&args.store)
         );
     }
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -37,7 +37,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .table(&args.table);
     let done = runtime
         .block_on(config.run_migrations())
-        .with_context(|| format!("cannot migrate `{}`", store::redact(&args.store)))?;
+        .with_context(|| format!("cannot migrate `{}`", postgres::redact(&args.store)))?;
     let table = format!("{}.{}", args.schema, args.table);
     if done.from == done.to {
         println!("{table}: schema already at version {}", done.to);

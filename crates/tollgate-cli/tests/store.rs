@@ -1,9 +1,7 @@
-//! `tollgate replay --store` and `tollgate check` against a Redis server, a
-//! Redis Cluster and PostgreSQL (with `tollgate migrate`), each started by
-//! the test on free ports.
+//! `tollgate replay --store` and `tollgate check` against a Redis server and
+//! a Redis Cluster started by the test on free ports.
 
 use tollgate_core::Algorithm;
-use tollgate_postgres::harness::{skip_requested as skip_postgres, PgServer};
 use tollgate_redis::harness::{skip_requested, RedisCluster, RedisServer};
 
 mod common;
@@ -41,37 +39,6 @@ fn ceil_us(ns: &str) -> String {
         -1 => "-1".into(),
         n => ((n + 999) / 1000 * 1000).to_string(),
     }
-}
-
-/// `tollgate check` on `url` spends a GCRA quota of 2 an hour on `user-1`
-/// and prints each decision as JSON.
-fn checks_spend_a_gcra_quota(url: &str) {
-    let check = |cost: &str| {
-        let args = [
-            "check",
-            "--store",
-            url,
-            "--algorithm",
-            "gcra",
-            "--limit",
-            "2",
-            "--period",
-            "1h",
-            "--cost",
-            cost,
-            "user-1",
-        ];
-        tollgate(&args, "")
-    };
-    let first = check("1");
-    assert!(
-        first.starts_with("{\"allowed\":true,\"limit\":2,\"remaining\":1,\"retry_after_ms\":0,"),
-        "{first}"
-    );
-    assert!(check("1").contains("\"remaining\":0"));
-    let denied = check("1");
-    assert!(denied.contains("\"allowed\":false"), "{denied}");
-    assert!(check("3").contains("\"retry_after_ms\":-1"));
 }
 
 #[test]
@@ -122,61 +89,32 @@ fn check_prints_one_json_decision_on_a_server_and_a_cluster() {
     let server = RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
     let cluster = RedisCluster::start().unwrap_or_else(|e| panic!("{e}"));
     for url in [server.url(), cluster.url()] {
-        checks_spend_a_gcra_quota(&url);
+        let check = |cost: &str| {
+            let args = [
+                "check",
+                "--store",
+                &url,
+                "--algorithm",
+                "gcra",
+                "--limit",
+                "2",
+                "--period",
+                "1h",
+                "--cost",
+                cost,
+                "user-1",
+            ];
+            tollgate(&args, "")
+        };
+        let first = check("1");
+        assert!(
+            first
+                .starts_with("{\"allowed\":true,\"limit\":2,\"remaining\":1,\"retry_after_ms\":0,"),
+            "{first}"
+        );
+        assert!(check("1").contains("\"remaining\":0"));
+        let denied = check("1");
+        assert!(denied.contains("\"allowed\":false"), "{denied}");
+        assert!(check("3").contains("\"retry_after_ms\":-1"));
     }
-}
-
-#[test]
-fn migrate_replay_and_check_through_postgres() {
-    if skip_postgres() {
-        return;
-    }
-    let server = PgServer::start().unwrap_or_else(|e| panic!("{e}"));
-    let url = server.url();
-    let migrated = tollgate(&["migrate", "--store", &url], "");
-    assert_eq!(
-        migrated.trim(),
-        "tollgate.state: schema migrated from version 0 to 1"
-    );
-    let again = tollgate(&["migrate", "--store", &url], "");
-    assert_eq!(again.trim(), "tollgate.state: schema already at version 1");
-
-    // Replays through PostgreSQL are exact: the in-process output, byte for byte.
-    let trace = trace();
-    for algorithm in Algorithm::ALL {
-        let args = [
-            "replay",
-            "--algorithm",
-            algorithm.name(),
-            "--limit",
-            "5",
-            "--period",
-            "999999937ns",
-            "--burst",
-            "3",
-        ];
-        let local = tollgate(&args, &trace);
-        let stored = tollgate(&[&args[..], &["--store", &url]].concat(), &trace);
-        assert_eq!(local, stored, "{algorithm}");
-    }
-
-    checks_spend_a_gcra_quota(&url);
-}
-
-#[test]
-fn a_bad_store_is_an_error_that_hides_the_password() {
-    let out = common::run(
-        &[
-            "migrate",
-            "--store",
-            "postgres://app:s3cret@127.0.0.1:1/app",
-        ],
-        "",
-    );
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("postgres://app:***@127.0.0.1:1/app"), "{err}");
-    assert!(!err.contains("s3cret"), "{err}");
-    let out = common::run(&["migrate", "--store", "redis://127.0.0.1:1"], "");
-    assert!(String::from_utf8_lossy(&out.stderr).contains("for PostgreSQL stores"));
 }

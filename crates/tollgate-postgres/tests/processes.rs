@@ -55,7 +55,22 @@ fn main() {
         }
         return;
     }
-    let filter = args.iter().find(|a| !a.starts_with('-'));
+    // libtest's flags are accepted and ignored; the first other argument
+    // filters by name, as libtest's does.
+    let takes_value = [
+        "--test-threads",
+        "--skip",
+        "--format",
+        "--color",
+        "--logfile",
+    ];
+    let filter = args
+        .iter()
+        .enumerate()
+        .find(|(i, a)| {
+            !a.starts_with('-') && (*i == 0 || !takes_value.contains(&args[i - 1].as_str()))
+        })
+        .map(|(_, a)| a);
     let wanted: Vec<&str> = tests
         .into_iter()
         .filter(|t| filter.map_or(true, |f| t.contains(f.as_str())))
