@@ -22,7 +22,11 @@
 --                     the same nanosecond share it), cum the running total of
 --                     costs from the oldest entry, rebased on every charge
 --   idle_at bigint    database time (ns) from which the row, left alone, is
---                     back to a fresh key's state: the cleanup's index
+--                     back to a fresh key's state, rounded up to a whole
+--                     second: the cleanup's index. Rounded so that most
+--                     charges leave it, and so every index, unchanged: the
+--                     update is then HOT (in place in the page, no new index
+--                     entries), which the table's fill factor leaves room for
 CREATE SCHEMA IF NOT EXISTS @S@;
 
 CREATE TABLE IF NOT EXISTS @T@ (
@@ -32,7 +36,7 @@ CREATE TABLE IF NOT EXISTS @T@ (
     log bigint[],
     idle_at bigint NOT NULL,
     PRIMARY KEY (key, policy)
-);
+) WITH (fillfactor = 80);
 
 CREATE INDEX IF NOT EXISTS @N@_idle_at ON @T@ (idle_at);
 
@@ -483,7 +487,7 @@ BEGIN
         IF p_floor > 0 THEN
             idle := greatest(idle, db_now + p_floor);
         END IF;
-        idle := least(idle, 9223372036854775807);
+        idle := least(div(idle + 999999999, 1000000000) * 1000000000, 9223372036854775807);
         IF found_row THEN
             UPDATE @T@ SET state = new_st, log = nullif(new_lg, '{}'), idle_at = idle
                 WHERE key = p_key AND policy = p_policy;
