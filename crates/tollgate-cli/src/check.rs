@@ -4,6 +4,7 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use anyhow::Context;
+use tokio::runtime::Runtime;
 use tollgate::{Backend, BackendError, Policy};
 use tollgate_cli::rule_args::RuleArgs;
 use tollgate_core::{Decision, Limit, RetryAfter};
@@ -33,8 +34,8 @@ Exit status: 0 admitted, 1 denied, 2 usage error (bad flags, a quota the store c
 enforce exactly), 3 the store failed (unreachable, too slow, an error). The JSON is
 printed for 0 and 1 only.")]
 pub struct Args {
-    /// The store: redis://HOST:PORT, or redis+cluster://HOST:PORT[,HOST:PORT...]
-    /// for a Redis Cluster.
+    /// The store: redis://HOST:PORT, redis+cluster://HOST:PORT[,HOST:PORT...]
+    /// for a Redis Cluster, or postgres://USER@HOST[:PORT]/DB.
     #[arg(long, value_name = "URL")]
     store: String,
     #[command(flatten)]
@@ -57,16 +58,17 @@ pub struct Args {
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
     let rule = args.rule.rule().map_err(|e| Failure::new(USAGE, e))?;
     let policy = Policy::new(rule);
-    RedisBackend::validate(&policy).map_err(backend_failure)?;
-    let (runtime, backend) = store::connect(&args.store, &args.prefix, args.timeout.duration())
-        .map_err(|e| {
-            // Anything but the store's own error is a bad URL.
-            let status = e.downcast_ref::<BackendError>().map_or(USAGE, status_of);
-            Failure::new(status, e)
-        })?;
-    let decision = runtime
-        .block_on(backend.check(&args.key, &policy, args.cost))
-        .map_err(backend_failure)?;
+    let timeout = args.timeout.duration();
+    let decision = if crate::postgres::is_postgres(&args.store) {
+        let (runtime, backend) = crate::postgres::connect(&args.store, &args.prefix, timeout)
+            .map_err(connect_failure)?;
+        decide(&runtime, &backend, &args.key, &policy, args.cost)?
+    } else {
+        RedisBackend::validate(&policy).map_err(backend_failure)?;
+        let (runtime, backend) =
+            store::connect(&args.store, &args.prefix, timeout).map_err(connect_failure)?;
+        decide(&runtime, &backend, &args.key, &policy, args.cost)?
+    };
     let mut out = std::io::stdout().lock();
     writeln!(out, "{}", to_json(&rule, &decision))
         .and_then(|()| out.flush())
@@ -76,6 +78,25 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
     } else {
         ExitCode::from(DENIED)
     })
+}
+
+/// One decision through `backend`, with the store's clock.
+fn decide(
+    runtime: &Runtime,
+    backend: &impl Backend,
+    key: &str,
+    policy: &Policy,
+    cost: u64,
+) -> Result<Decision, Failure> {
+    runtime
+        .block_on(backend.check(key, policy, cost))
+        .map_err(backend_failure)
+}
+
+/// A failed connection: the store's own error, or else a bad URL.
+fn connect_failure(e: anyhow::Error) -> Failure {
+    let status = e.downcast_ref::<BackendError>().map_or(USAGE, status_of);
+    Failure::new(status, e)
 }
 
 /// A store's refusal of the request itself is a usage error; anything else

@@ -9,6 +9,8 @@ use failure::Failure;
 
 mod check;
 mod failure;
+mod migrate;
+mod postgres;
 mod replay;
 mod simulate;
 mod store;
@@ -32,8 +34,10 @@ enum Command {
     Replay(replay::Args),
     /// Rerun the published rate-limiting experiments and write a report with charts.
     Simulate(simulate::Args),
-    /// Make one decision in a shared store (Redis) and print it as JSON.
+    /// Make one decision in a shared store (Redis, PostgreSQL) and print it as JSON.
     Check(check::Args),
+    /// Create or upgrade the PostgreSQL schema of a shared store.
+    Migrate(migrate::Args),
 }
 
 fn main() -> ExitCode {
@@ -49,6 +53,9 @@ fn main() -> ExitCode {
             .map(|()| ExitCode::SUCCESS)
             .map_err(Failure::from),
         Command::Check(args) => check::run(args),
+        Command::Migrate(args) => migrate::run(args)
+            .map(|()| ExitCode::SUCCESS)
+            .map_err(Failure::from),
     };
     result.unwrap_or_else(Failure::report)
 }

@@ -34,8 +34,9 @@ pub struct Args {
     #[arg(long, value_name = "FILE")]
     output: Option<PathBuf>,
     /// Replay through a shared store instead of in process, with the trace's
-    /// own times: redis://HOST:PORT or redis+cluster://HOST:PORT[,...].
-    /// Times must be whole microseconds; durations are rounded up to one.
+    /// own times: redis://HOST:PORT or redis+cluster://HOST:PORT[,...]
+    /// (times must be whole microseconds; durations are rounded up to one),
+    /// or postgres://USER@HOST[:PORT]/DB (exact).
     #[arg(long, value_name = "URL")]
     store: Option<String>,
     #[command(flatten)]
@@ -51,6 +52,9 @@ fn replay_through<W: std::io::Write>(
     output: W,
 ) -> anyhow::Result<()> {
     match store {
+        Some(url) if crate::postgres::is_postgres(url) => {
+            crate::postgres::replay(url, rule, timeout.duration(), input, output).map(drop)
+        }
         Some(url) => crate::store::replay(url, rule, timeout.duration(), input, output).map(drop),
         None => trace::replay(rule, input, output)
             .map(drop)

@@ -42,17 +42,6 @@ fn documents_where(test: impl Fn(&str) -> bool) -> Vec<PathBuf> {
         .collect()
 }
 
-fn mentions(needle: &str) -> Vec<PathBuf> {
-    documents_where(|text| text.contains(needle))
-}
-
-/// Whether a crate whose directory name contains `part` exists.
-fn crate_exists(part: &str) -> bool {
-    fs::read_dir(root().join("crates"))
-        .unwrap()
-        .any(|e| e.unwrap().file_name().to_string_lossy().contains(part))
-}
-
 #[test]
 fn documents_point_to_the_semantics_in_the_repository() {
     // The team's contract, SPEC.md, is not in the repository: no "SPEC.md",
@@ -63,15 +52,6 @@ fn documents_point_to_the_semantics_in_the_repository() {
     };
     assert_eq!(documents_where(names_it), Vec::<PathBuf>::new());
     assert!(root().join("docs/SEMANTICS.md").is_file());
-}
-
-#[test]
-fn documents_mention_only_stores_and_servers_that_exist() {
-    for (name, part) in [("PostgreSQL", "pg"), ("HTTP server", "http")] {
-        if !crate_exists(part) {
-            assert_eq!(mentions(name), Vec::<PathBuf>::new(), "{name}");
-        }
-    }
 }
 
 #[test]

@@ -1,0 +1,146 @@
+//! What a decision sends: the caller's key as stored, the policy as an id
+//! and a flat array of its limits, and the operation's code.
+
+use tollgate::{BackendError, Policy};
+use tollgate_core::{Algorithm, LeaseError};
+
+/// Longest caller key stored as is, in bytes; longer keys are hashed.
+pub const MAX_KEY_BYTES: usize = 512;
+
+/// Marks a hashed key; raw keys starting with it are hashed too, so no raw
+/// key can name a hashed one's row.
+const HASHED: char = '#';
+
+/// One operation of the [`Backend`](tollgate::Backend) trait on a key, with
+/// its amount; all go through the schema's one `_apply` function, which
+/// takes the operation as an argument.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Operation {
+    /// [`Backend::check`](tollgate::Backend::check) of this cost (0 peeks).
+    Check(u64),
+    /// [`Backend::refund`](tollgate::Backend::refund) of this cost.
+    Refund(u64),
+    /// [`Backend::force`](tollgate::Backend::force) of this cost.
+    Force(u64),
+    /// [`Backend::lease`](tollgate::Backend::lease) of at most this cost.
+    Lease(u64),
+}
+
+impl Operation {
+    /// The function's operation code and amount; a lease of a policy with
+    /// a sliding log is refused here, before reaching the database.
+    pub(crate) fn encode(self, policy: &Policy) -> Result<(i16, u64), BackendError> {
+        Ok(match self {
+            Operation::Check(cost) => (0, cost),
+            Operation::Refund(cost) => (1, cost),
+            Operation::Force(cost) => (2, cost),
+            Operation::Lease(max) => {
+                if policy
+                    .limits()
+                    .iter()
+                    .any(|l| l.algorithm == Algorithm::SlidingLog)
+                {
+                    let refused = LeaseError::NotLeasable(Algorithm::SlidingLog);
+                    return Err(BackendError::UnsupportedPolicy(refused.to_string()));
+                }
+                (3, max)
+            }
+        })
+    }
+}
+
+/// The key as stored: itself when it is 1 to [`MAX_KEY_BYTES`] bytes without
+/// NUL (which `text` cannot hold) and not starting with `#`; otherwise `#`
+/// and the SHA-1 of the key in hex.
+pub fn stored_key(prefix: &str, key: &str) -> Result<String, BackendError> {
+    if key.is_empty() {
+        return Err(BackendError::InvalidKey("the key is empty".into()));
+    }
+    let raw = key.len() <= MAX_KEY_BYTES && !key.contains('\0') && !key.starts_with(HASHED);
+    Ok(if raw {
+        format!("{prefix}{key}")
+    } else {
+        let digest = sha1_smol::Sha1::from(key.as_bytes()).digest();
+        format!("{prefix}{HASHED}{digest}")
+    })
+}
+
+/// A policy as the database function takes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EncodedPolicy {
+    /// Identifies the policy's row for a key: the first 8 bytes of the
+    /// SHA-1 of its limits. Rows are per (key, policy), as the memory
+    /// store keeps one limiter per policy.
+    pub id: i64,
+    /// `[algorithm, limit, period_ns, burst]` per limit, algorithms numbered
+    /// from 1 in the order of [`Algorithm::ALL`].
+    pub limits: Vec<i64>,
+}
+
+/// Encodes `policy`; every value of a valid quota fits a `bigint`.
+pub fn encode(policy: &Policy) -> EncodedPolicy {
+    let mut limits = Vec::with_capacity(4 * policy.limits().len());
+    let mut text = String::new();
+    for limit in policy.limits() {
+        let code = Algorithm::ALL
+            .iter()
+            .position(|&a| a == limit.algorithm)
+            .expect("every algorithm is in ALL") as i64
+            + 1;
+        let q = &limit.quota;
+        // Quota bounds (10^12, 2^62) are far below i64::MAX.
+        let (l, p, b) = (q.limit() as i64, q.period_ns() as i64, q.burst() as i64);
+        limits.extend([code, l, p, b]);
+        text.push_str(&format!("{}:{l}:{p}:{b};", limit.algorithm));
+    }
+    let digest = sha1_smol::Sha1::from(text.as_bytes()).digest().bytes();
+    let id = i64::from_be_bytes(digest[..8].try_into().expect("8 bytes"));
+    EncodedPolicy { id, limits }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tollgate::Limit;
+    use tollgate_core::Quota;
+
+    #[test]
+    fn keys_are_kept_unless_awkward() {
+        assert_eq!(stored_key("p:", "user-1").unwrap(), "p:user-1");
+        let long = "x".repeat(MAX_KEY_BYTES + 1);
+        for key in [long.as_str(), "a\0b", "#raw"] {
+            let stored = stored_key("", key).unwrap();
+            assert!(stored.starts_with('#') && stored.len() == 41, "{key:?}");
+        }
+        assert_ne!(
+            stored_key("", "#raw").unwrap(),
+            stored_key("", "raw").unwrap()
+        );
+        assert!(matches!(
+            stored_key("p:", ""),
+            Err(BackendError::InvalidKey(_))
+        ));
+    }
+
+    #[test]
+    fn policies_differ_by_every_number_and_the_order() {
+        let limit = |a, l, p, b| Limit::new(a, Quota::with_parts(l, p, b).unwrap());
+        let g = limit(Algorithm::Gcra, 10, 1_000, 5);
+        let w = limit(Algorithm::FixedWindow, 10, 1_000, 10);
+        let one = encode(&Policy::new(g));
+        assert_eq!(one.limits, [5, 10, 1_000, 5]);
+        let ids: Vec<i64> = [
+            Policy::new(g),
+            Policy::new(w),
+            Policy::new(limit(Algorithm::Gcra, 10, 1_000, 6)),
+            Policy::with_limits(vec![g, w]).unwrap(),
+            Policy::with_limits(vec![w, g]).unwrap(),
+        ]
+        .iter()
+        .map(|p| encode(p).id)
+        .collect();
+        for (i, a) in ids.iter().enumerate() {
+            assert!(!ids[i + 1..].contains(a), "{ids:?}");
+        }
+    }
+}
