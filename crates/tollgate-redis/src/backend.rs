@@ -3,7 +3,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use redis::{Cmd, ErrorKind, RedisError, RedisResult, Value};
+use redis::{Cmd, ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
 use tollgate::{Backend, BackendError, Policy};
 use tollgate_core::{Algorithm, Decision, Lease, LeaseError, Limit, RetryAfter};
 
@@ -212,7 +212,7 @@ impl RedisBackend {
             cmd.arg(e.algorithm).arg(e.cap).arg(e.x).arg(e.y).arg(e.max);
         }
         let reply = self.run(&cmd, &keys[0]).await?;
-        let reply: Vec<i64> = redis::from_redis_value(&reply)
+        let reply: Vec<i64> = redis::from_redis_value(reply)
             .map_err(|e| BackendError::Store(format!("unexpected reply: {e}")))?;
         to_lease(&reply, policy.limits())
     }
@@ -374,7 +374,8 @@ fn unknown_command(e: &RedisError) -> bool {
 const OUT_OF_RANGE: &str = "TOLLGATE_RANGE";
 
 fn lost_script(e: &RedisError) -> bool {
-    e.kind() == ErrorKind::NoScriptError || e.to_string().contains("Function not found")
+    e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)
+        || e.to_string().contains("Function not found")
 }
 
 /// Maps a client error onto the kinds a caller chooses fail-open or
@@ -389,11 +390,12 @@ fn classify(e: RedisError, deadline: Duration) -> BackendError {
         || e.is_connection_dropped()
         || matches!(
             e.kind(),
-            ErrorKind::BusyLoadingError
-                | ErrorKind::TryAgain
-                | ErrorKind::ClusterDown
-                | ErrorKind::MasterDown
-                | ErrorKind::ClusterConnectionNotFound
+            ErrorKind::Server(
+                ServerErrorKind::BusyLoading
+                    | ServerErrorKind::TryAgain
+                    | ServerErrorKind::ClusterDown
+                    | ServerErrorKind::MasterDown
+            ) | ErrorKind::ClusterConnectionNotFound
         )
     {
         BackendError::Unavailable(e.to_string())

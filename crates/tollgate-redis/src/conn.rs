@@ -7,7 +7,7 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::{get_slot, Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{Cmd, RedisResult, Value};
 
 /// The URL scheme that selects cluster mode; the rest lists seed nodes
@@ -48,37 +48,40 @@ impl Conn {
         }
         let client = redis::Client::open(url)?;
         let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(timeout)
-            .set_response_timeout(timeout)
+            .set_connection_timeout(Some(timeout))
+            .set_response_timeout(Some(timeout))
             .set_number_of_retries(2)
-            .set_max_delay(50);
+            .set_max_delay(Duration::from_millis(50));
         Ok(Conn::Single(
             ConnectionManager::new_with_config(client, config).await?,
         ))
     }
 
     /// Runs `cmd` on the server owning `key` (its hash tag decides the slot).
+    /// An error the server put in its reply is an `Err`, as on one server.
     pub async fn on_key(&mut self, cmd: &Cmd, key: &str) -> RedisResult<Value> {
-        match self {
+        let reply = match self {
             Conn::Single(c) => cmd.query_async(c).await,
             Conn::Cluster(c) => {
-                let route = Route::new(get_slot(key.as_bytes()), SlotAddr::Master);
+                let route = Route::with_key(key, SlotAddr::Master);
                 c.route_command(
-                    cmd,
+                    cmd.clone(),
                     RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)),
                 )
                 .await
             }
-        }
+        };
+        reply.and_then(Value::extract_error)
     }
 
     /// Runs a keyless administrative command (`FUNCTION LOAD`, `SCRIPT
     /// LOAD`); the cluster client sends those to every primary (or node) and
     /// fails unless all succeed.
     pub async fn everywhere(&mut self, cmd: &Cmd) -> RedisResult<Value> {
-        match self {
+        let reply = match self {
             Conn::Single(c) => cmd.query_async(c).await,
             Conn::Cluster(c) => cmd.query_async(c).await,
-        }
+        };
+        reply.and_then(Value::extract_error)
     }
 }
