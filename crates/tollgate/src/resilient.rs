@@ -238,12 +238,17 @@ impl<B: Backend, C: Clock + Clone> ResilientBuilder<B, C> {
     }
 }
 
-/// Whether `e` says the store failed (rather than the request being wrong).
-pub(crate) fn is_store_failure(e: &BackendError) -> bool {
-    matches!(
-        e,
-        BackendError::Timeout(_) | BackendError::Unavailable(_) | BackendError::Store(_)
-    )
+impl BackendError {
+    /// Whether the store failed ([`BackendError::Timeout`],
+    /// [`BackendError::Unavailable`], [`BackendError::Store`]), as opposed to
+    /// the request being one the store refuses: the errors a [`Resilient`]
+    /// counts against the store and answers with its [`OnStoreError`].
+    pub fn is_store_failure(&self) -> bool {
+        matches!(
+            self,
+            BackendError::Timeout(_) | BackendError::Unavailable(_) | BackendError::Store(_)
+        )
+    }
 }
 
 impl<B: Backend, C: Clock + Clone> Resilient<B, C> {
@@ -318,7 +323,7 @@ impl<B: Backend, C: Clock + Clone> Resilient<B, C> {
         let result = tokio::time::timeout(deadline, call())
             .await
             .unwrap_or(Err(BackendError::Timeout(deadline)));
-        let failed = result.as_ref().is_err_and(is_store_failure);
+        let failed = result.as_ref().is_err_and(BackendError::is_store_failure);
         if failed {
             self.counters.store_failures.fetch_add(1, Ordering::Relaxed);
         }
@@ -417,7 +422,7 @@ impl<B: Backend, C: Clock + Clone> Backend for Resilient<B, C> {
             .guarded(failure.deadline, || self.backend.check(key, policy, cost))
             .await
         {
-            Err(e) if is_store_failure(&e) => {
+            Err(e) if e.is_store_failure() => {
                 self.on_failure(key, policy, cost, failure.on_error, e)
             }
             other => other,
