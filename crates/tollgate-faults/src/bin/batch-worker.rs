@@ -103,9 +103,8 @@ async fn main() -> ExitCode {
             tokio::spawn(async move {
                 let mut i = t as u64;
                 loop {
-                    if rate > 0 {
-                        let at = start + Duration::from_nanos(i * 1_000_000_000 / rate);
-                        tokio::time::sleep_until(at).await;
+                    if let Some(offset) = (i * 1_000_000_000).checked_div(rate) {
+                        tokio::time::sleep_until(start + Duration::from_nanos(offset)).await;
                     }
                     if Instant::now() >= end {
                         return Ok::<(), tollgate::BackendError>(());
