@@ -26,7 +26,8 @@
 //! second (this second or the last), and stays hot while it does. At most
 //! `max_leases` keys hold units at a time; beyond that, and for cold keys,
 //! each request goes to the store. A lease spent down to nothing is
-//! renewed by the next request; a lease older than `lease_ttl` is refunded
+//! renewed by the next request (the key's other requests wait for it
+//! rather than going to the store); a lease older than `lease_ttl` is refunded
 //! (what is left of it) by the next request for the key, by
 //! [`Batched::refund_expired`], or by [`Batched::shutdown`].
 //!
@@ -57,9 +58,12 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
+use tokio::sync::futures::OwnedNotified as Notified;
+use tokio::sync::Notify;
 use tollgate_core::{Algorithm, Decision, Lease, LeaseError, RetryAfter};
 
 use crate::{Backend, BackendError, Clock, MonotonicClock, Policy};
@@ -155,7 +159,7 @@ struct Keys {
     leases: usize,
 }
 
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Debug, Default)]
 struct Entry {
     /// Second (on the clock) of `this_second`, and the requests in it and
     /// in the one before.
@@ -166,8 +170,8 @@ struct Entry {
     held: u64,
     leased_at: u64,
     view: Option<Decision>,
-    /// A lease is on its way: other requests go to the store meanwhile.
-    leasing: bool,
+    /// A lease is on its way: other requests of the key wait for it.
+    leasing: Option<Arc<Notify>>,
     /// Denied in process until then (from a lease that granted nothing).
     denied_until: u64,
 }
@@ -178,7 +182,29 @@ const SECOND: u64 = 1_000_000_000;
 enum Step {
     Done(Decision),
     Lease,
+    Wait(Notified),
     Store,
+}
+
+/// Wakes the requests waiting for a lease even if the leasing request is
+/// dropped (for example by a deadline above) before the lease settles.
+struct Leasing<'a, B, C> {
+    layer: &'a Batched<B, C>,
+    key: &'a str,
+    policy: &'a Policy,
+}
+
+impl<B, C> Drop for Leasing<'_, B, C> {
+    fn drop(&mut self) {
+        let mut keys = self.layer.state.lock();
+        let entry = keys
+            .policies
+            .get_mut(self.policy)
+            .and_then(|m| m.get_mut(self.key));
+        if let Some(notify) = entry.and_then(|e| e.leasing.take()) {
+            notify.notify_waiters();
+        }
+    }
 }
 
 impl<B: Backend> Batched<B> {
@@ -246,7 +272,7 @@ impl<B: Backend, C: Clock> Batched<B, C> {
             let mut taken = Vec::new();
             for (policy, entries) in &mut keys.policies {
                 for (key, entry) in entries.iter_mut() {
-                    if entry.held > 0 && !entry.leasing && due(entry) {
+                    if entry.held > 0 && entry.leasing.is_none() && due(entry) {
                         taken.push((policy.clone(), key.clone(), entry.held));
                         entry.held = 0;
                     }
@@ -301,7 +327,7 @@ impl<B: Backend, C: Clock> Batched<B, C> {
             // Bound the keys watched for heat, like the leases.
             if keys.tracked >= self.config.max_leases.saturating_mul(8).max(64) {
                 keys.policies.values_mut().for_each(|m| {
-                    m.retain(|_, e| e.held > 0 || e.leasing);
+                    m.retain(|_, e| e.held > 0 || e.leasing.is_some());
                 });
                 keys.tracked = keys.policies.values().map(HashMap::len).sum();
             }
@@ -330,7 +356,7 @@ impl<B: Backend, C: Clock> Batched<B, C> {
             return (Step::Done(denied), 0);
         }
         let mut expired = 0;
-        if entry.held > 0 && now.saturating_sub(entry.leased_at) >= ttl && !entry.leasing {
+        if entry.held > 0 && now.saturating_sub(entry.leased_at) >= ttl && entry.leasing.is_none() {
             expired = std::mem::take(&mut entry.held);
             keys.leases -= 1;
         }
@@ -343,8 +369,11 @@ impl<B: Backend, C: Clock> Batched<B, C> {
         }
         let hot = entry.this_second.max(entry.last_second) >= self.config.hot_rate;
         let room = entry.held > 0 || keys.leases < self.config.max_leases;
-        if hot && room && !entry.leasing && cost <= self.config.batch {
-            entry.leasing = true;
+        if hot && room && cost <= self.config.batch {
+            if let Some(notify) = &entry.leasing {
+                return (Step::Wait(Arc::clone(notify).notified_owned()), expired);
+            }
+            entry.leasing = Some(Arc::new(Notify::new()));
             return (Step::Lease, expired);
         }
         (Step::Store, expired)
@@ -362,7 +391,9 @@ impl<B: Backend, C: Clock> Batched<B, C> {
         let mut keys = self.state.lock();
         let keys = &mut *keys;
         let entry = keys.policies.get_mut(policy)?.get_mut(key)?;
-        entry.leasing = false;
+        if let Some(notify) = entry.leasing.take() {
+            notify.notify_waiters();
+        }
         let lease = lease.as_ref().ok()?;
         if lease.granted == 0 {
             if let RetryAfter::After(wait) = lease.decision.retry_after {
@@ -442,30 +473,40 @@ impl<B: Backend, C: Clock> Backend for Batched<B, C> {
             self.counters.store_calls.fetch_add(1, Ordering::Relaxed);
             return self.backend.check(key, policy, cost).await;
         }
-        let now = self.clock.now();
-        let (step, expired) = self.plan(key, policy, cost, now);
-        if expired > 0 {
-            self.give_back(key, policy, expired).await;
-        }
-        match step {
-            Step::Done(decision) => {
-                self.counters
-                    .local_decisions
-                    .fetch_add(1, Ordering::Relaxed);
-                return Ok(decision);
+        loop {
+            let now = self.clock.now();
+            let (step, expired) = self.plan(key, policy, cost, now);
+            if expired > 0 {
+                self.give_back(key, policy, expired).await;
             }
-            Step::Lease => {
-                self.counters.store_calls.fetch_add(1, Ordering::Relaxed);
-                self.counters.leases.fetch_add(1, Ordering::Relaxed);
-                let lease = self.backend.lease(key, policy, self.config.batch).await;
-                if let Some(decision) = self.settle(key, policy, cost, now, &lease) {
+            match step {
+                Step::Done(decision) => {
+                    self.counters
+                        .local_decisions
+                        .fetch_add(1, Ordering::Relaxed);
                     return Ok(decision);
                 }
-                // A failed lease reports the store's error; a lease smaller
-                // than the cost falls through to an exact decision.
-                lease?;
+                Step::Wait(lease) => lease.await,
+                Step::Lease => {
+                    let _wakes = Leasing {
+                        layer: self,
+                        key,
+                        policy,
+                    };
+                    self.counters.store_calls.fetch_add(1, Ordering::Relaxed);
+                    self.counters.leases.fetch_add(1, Ordering::Relaxed);
+                    let lease = self.backend.lease(key, policy, self.config.batch).await;
+                    if let Some(decision) = self.settle(key, policy, cost, now, &lease) {
+                        return Ok(decision);
+                    }
+                    // A failed lease reports the store's error; a lease
+                    // smaller than the cost falls through to an exact
+                    // decision.
+                    lease?;
+                    break;
+                }
+                Step::Store => break,
             }
-            Step::Store => {}
         }
         self.counters.store_calls.fetch_add(1, Ordering::Relaxed);
         self.backend.check(key, policy, cost).await

@@ -224,3 +224,57 @@ proptest! {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_requests_of_a_key_wait_for_one_lease_instead_of_the_store() {
+    let clock = FakeClock::new();
+    let store: Shared = Arc::new(MemoryBackend::with_clock(clock.clone()));
+    let layer = Arc::new(batched(
+        &store,
+        &clock,
+        BatchConfig::default().batch(50).hot_rate(0),
+    ));
+    let p = policy(Algorithm::FixedWindow, 1_000_000);
+    let tasks: Vec<_> = (0..32)
+        .map(|_| {
+            let (layer, p) = (Arc::clone(&layer), p.clone());
+            tokio::spawn(async move {
+                for _ in 0..100 {
+                    assert!(layer.check("k", &p, 1).await.unwrap().allowed);
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let stats = layer.stats();
+    assert_eq!(
+        stats.store_calls, stats.leases,
+        "no request went around the lease"
+    );
+    assert_eq!(stats.leases, 3200 / 50);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lease_dropped_on_its_way_wakes_the_requests_waiting_for_it() {
+    let clock = FakeClock::new();
+    let flaky = Arc::new(Flaky::new(clock.clone()));
+    flaky.set(common::Health::Hanging);
+    let layer = Batched::with_clock(
+        Arc::clone(&flaky),
+        BatchConfig::default().hot_rate(0),
+        clock,
+    );
+    let p = policy(Algorithm::Gcra, 10);
+    let deadline = Duration::from_millis(50);
+    let leaser = tokio::time::timeout(deadline, layer.check("k", &p, 1));
+    let waiter = async {
+        tokio::task::yield_now().await;
+        flaky.set(common::Health::Up);
+        layer.check("k", &p, 1).await
+    };
+    let (leaser, waiter) = tokio::join!(leaser, waiter);
+    assert!(leaser.is_err(), "the leaser ran out of time");
+    assert!(waiter.unwrap().allowed, "the waiter leased in its turn");
+}
