@@ -1,7 +1,5 @@
 //! Signals to a running `redis-server`, found by the process id it reports.
 
-use std::process::Command;
-
 use tollgate_redis::harness::RedisServer;
 
 /// A signal a test sends to a server.
@@ -24,21 +22,22 @@ pub fn pid(server: &RedisServer) -> Result<u32, String> {
         .ok_or_else(|| "no process_id in INFO server".to_string())
 }
 
-/// Sends `signal` to process `pid` with `kill(1)`.
+/// Sends `signal` to process `pid` (with `kill(2)`: no `kill` binary
+/// needed on the machine).
 pub fn signal(pid: u32, signal: Signal) -> Result<(), String> {
-    let name = match signal {
-        Signal::Stop => "-STOP",
-        Signal::Continue => "-CONT",
-        Signal::Kill => "-KILL",
+    let number = match signal {
+        Signal::Stop => libc::SIGSTOP,
+        Signal::Continue => libc::SIGCONT,
+        Signal::Kill => libc::SIGKILL,
     };
-    let status = Command::new("kill")
-        .arg(name)
-        .arg(pid.to_string())
-        .status()
-        .map_err(|e| format!("kill {name} {pid}: {e}"))?;
-    if status.success() {
+    let target = libc::pid_t::try_from(pid).map_err(|_| format!("no such process {pid}"))?;
+    // SAFETY: kill(2) takes plain integers and touches no memory of ours.
+    if unsafe { libc::kill(target, number) } == 0 {
         Ok(())
     } else {
-        Err(format!("kill {name} {pid}: {status}"))
+        Err(format!(
+            "kill({pid}, {signal:?}): {}",
+            std::io::Error::last_os_error()
+        ))
     }
 }
