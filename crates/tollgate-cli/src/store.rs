@@ -9,7 +9,8 @@ use tokio::runtime::Runtime;
 use tollgate::Policy;
 use tollgate_cli::trace::{self, Summary};
 use tollgate_core::Limit;
-use tollgate_redis::{RedisBackend, RedisConfig, CLUSTER_SCHEME};
+use tollgate_redis::exact::{self, MAX_TIME_US};
+use tollgate_redis::{redact, RedisBackend, RedisConfig, CLUSTER_SCHEME};
 
 /// Deadline of each store call from the command line: a one-off command can
 /// wait longer than a service on its request path would.
@@ -18,9 +19,11 @@ const CLI_TIMEOUT: Duration = Duration::from_secs(2);
 /// A runtime and a connected backend for `url` under `prefix`.
 pub fn connect(url: &str, prefix: &str) -> anyhow::Result<(Runtime, RedisBackend)> {
     let supported = ["redis://", "rediss://", "unix://", CLUSTER_SCHEME];
+    // Shown without its credentials, wherever it is shown.
+    let shown = redact(url);
     if !supported.iter().any(|scheme| url.starts_with(scheme)) {
         bail!(
-            "unsupported store `{url}`: expected redis://HOST:PORT, rediss://HOST:PORT \
+            "unsupported store `{shown}`: expected redis://HOST:PORT, rediss://HOST:PORT \
              or {CLUSTER_SCHEME}HOST:PORT[,HOST:PORT...]"
         );
     }
@@ -34,14 +37,21 @@ pub fn connect(url: &str, prefix: &str) -> anyhow::Result<(Runtime, RedisBackend
         .connect_timeout(CLI_TIMEOUT);
     let backend = runtime
         .block_on(config.connect())
-        .with_context(|| format!("cannot use the store `{url}`"))?;
+        .with_context(|| format!("cannot use the store `{shown}`"))?;
     Ok((runtime, backend))
 }
 
 /// Replays a trace through the store with the trace's own times, under a
 /// prefix of its own so that every run starts from fresh keys. The store's
 /// clock has microsecond resolution, so every `t_ns` must be a whole number
-/// of microseconds; durations come out rounded up to the microsecond.
+/// of microseconds; durations come out rounded up to the microsecond. Keys
+/// may be any bytes, as in process.
+///
+/// The script computes exactly with times up to 2^52 microseconds, so the
+/// times are moved (by a whole number of periods for the windows, which
+/// keeps every decision) to put the trace's first time 2^51 microseconds
+/// (about 71 years) into that range: any trace that stays within 71 years
+/// either side of its first request replays, wherever it starts.
 pub fn replay<R: BufRead, W: Write>(
     url: &str,
     rule: Limit,
@@ -49,19 +59,30 @@ pub fn replay<R: BufRead, W: Write>(
     output: W,
 ) -> anyhow::Result<Summary> {
     let policy = Policy::new(rule);
-    RedisBackend::validate(&policy)?;
+    let unit = exact::encode(&rule)?.time_unit_us();
     let run = SystemTime::now().duration_since(UNIX_EPOCH)?.as_nanos();
     let prefix = format!("tollgate:replay:{}-{run}:", std::process::id());
     let (runtime, backend) = connect(url, &prefix)?;
+    let mut base = None;
     let summary = trace::replay_with(input, output, |key, t_ns, cost| {
         if t_ns % 1000 != 0 {
             return Err(format!(
                 "t_ns {t_ns} is not a whole number of microseconds, the store clock's resolution"
             ));
         }
-        let key = std::str::from_utf8(key).map_err(|_| "the key is not UTF-8".to_string())?;
+        let t_us = t_ns / 1000;
+        let base: u64 = *base.get_or_insert((t_us.saturating_sub(MAX_TIME_US / 2)) / unit * unit);
+        let at = t_us.checked_sub(base).filter(|&at| at <= MAX_TIME_US);
+        let Some(at) = at else {
+            return Err(format!(
+                "t_ns {t_ns} is too far from the trace's first time: the store replays \
+                 exactly from {}ns to {}ns (2^52 microseconds, about 142 years)",
+                base as u128 * 1000,
+                (base as u128 + MAX_TIME_US as u128) * 1000
+            ));
+        };
         runtime
-            .block_on(backend.check_at(key, &policy, cost, t_ns / 1000))
+            .block_on(backend.check_at(key, &policy, cost, at))
             .map_err(|e| e.to_string())
     })?;
     Ok(summary)

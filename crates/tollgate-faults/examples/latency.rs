@@ -11,7 +11,6 @@ use std::time::{Duration, Instant};
 use tollgate::{
     Algorithm, Backend, BreakerConfig, FailurePolicy, Limit, OnStoreError, Policy, Quota, Resilient,
 };
-use tollgate_faults::{pid, signal, Signal};
 use tollgate_redis::harness::RedisServer;
 use tollgate_redis::RedisConfig;
 
@@ -47,7 +46,7 @@ async fn measure<B: Backend>(backend: &B, policy: &Policy, calls: usize) -> (u64
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let server = RedisServer::start()?;
+    let mut server = RedisServer::start()?;
     let policy = Policy::new(Limit::new(Algorithm::Gcra, Quota::per_second(1_000_000)?));
     let redis = || async {
         RedisConfig::new(server.url())
@@ -78,8 +77,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     measure(&closed, &policy, 2_000).await; // warm-up
     show("healthy", 20_000, measure(&closed, &policy, 20_000).await);
 
-    let redis_pid = pid(&server)?;
-    signal(redis_pid, Signal::Stop)?;
+    server.pause()?;
     show(
         "paused, breaker closed (deadline 50 ms)",
         40,
@@ -91,7 +89,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         100_000,
         measure(&opening, &policy, 100_000).await,
     );
-    signal(redis_pid, Signal::Kill)?;
+    server.kill();
     show(
         "down (killed), breaker closed",
         200,

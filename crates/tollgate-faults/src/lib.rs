@@ -1,10 +1,9 @@
 //! Fault injection for the store layers of tollgate ([`tollgate::Resilient`],
-//! [`tollgate::Batched`]) against real Redis servers started by the tests:
+//! [`tollgate::Batched`]) against real Redis servers started by the tests
+//! (paused, killed and restarted through `tollgate_redis::harness`):
 //!
 //! - [`Proxy`]: a TCP proxy on 127.0.0.1 that forwards, delays every chunk,
 //!   or accepts and swallows everything (a store that never answers);
-//! - [`signal`] and [`pid`]: pause (`SIGSTOP`), resume and kill a
-//!   `redis-server` found by its `INFO`;
 //! - the `batch-worker` binary: one instance of a fleet sending a steady
 //!   rate to one hot key through [`tollgate::Batched`], for the
 //!   several-processes test and the measurements in `docs/PERFORMANCE.md`.
@@ -23,7 +22,5 @@
 //! ```
 
 mod proxy;
-mod server;
 
 pub use proxy::{Fault, Proxy};
-pub use server::{pid, signal, Signal};

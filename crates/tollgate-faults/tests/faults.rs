@@ -14,7 +14,7 @@ use tollgate::{
     Algorithm, Backend, BackendError, BreakerConfig, BreakerState, FailurePolicy, Limit,
     OnStoreError, Policy, Quota, Resilient,
 };
-use tollgate_faults::{pid, signal, Fault, Proxy, Signal};
+use tollgate_faults::{Fault, Proxy};
 use tollgate_redis::harness::{skip_requested, RedisCluster, RedisServer};
 use tollgate_redis::{RedisBackend, RedisConfig};
 
@@ -89,8 +89,7 @@ async fn a_paused_redis_costs_at_most_the_deadline_and_each_policy_fails_as_conf
         assert!(layer.check("k", p, 1).await.unwrap().allowed);
     }
 
-    let pid = pid(&server).unwrap();
-    signal(pid, Signal::Stop).unwrap();
+    server.pause().unwrap();
     let mut fallback_admitted = 0;
     for _ in 0..30 {
         let d = timed(DEADLINE, layer.check("k", &open, 1)).await.unwrap();
@@ -116,7 +115,7 @@ async fn a_paused_redis_costs_at_most_the_deadline_and_each_policy_fails_as_conf
     // 40 a minute over 4 instances: a burst of 10 here.
     assert_eq!(fallback_admitted, 10);
 
-    signal(pid, Signal::Continue).unwrap();
+    server.resume().unwrap();
     let back = Instant::now();
     while layer.check("k", &closed, 1).await.is_err() {
         assert!(
@@ -153,7 +152,7 @@ async fn a_killed_redis_restarted_on_its_port_serves_again_within_a_second() {
         .build();
     layer.check("k", &policy, 1).await.unwrap();
 
-    signal(pid(&server).unwrap(), Signal::Kill).unwrap();
+    server.kill();
     let mut answered = 0;
     for _ in 0..10 {
         let e = timed(deadline, layer.check("k", &policy, 1))
@@ -191,29 +190,31 @@ async fn latency_below_the_deadline_passes_and_above_it_fails_fast_and_typed() {
     let Some(server) = server() else { return };
     let upstream = format!("127.0.0.1:{}", server.port()).parse().unwrap();
     let proxy = Proxy::start(upstream).await.unwrap();
+    // Far from the latencies tried, so a busy machine does not blur them.
+    let deadline = Duration::from_millis(200);
     let layer = Resilient::builder(redis(&proxy.url(), "latency:").await)
         .breaker(never_opens())
-        .default_policy(FailurePolicy::new(OnStoreError::Closed).deadline(DEADLINE))
+        .default_policy(FailurePolicy::new(OnStoreError::Closed).deadline(deadline))
         .build();
     let policy = limit(Algorithm::LeakyBucket, 100_000);
 
-    proxy.set(Fault::Delay(Duration::from_millis(10)));
+    proxy.set(Fault::Delay(Duration::from_millis(20)));
     for _ in 0..20 {
         assert!(layer.check("k", &policy, 1).await.unwrap().allowed);
     }
-    proxy.set(Fault::Delay(Duration::from_millis(120)));
-    for _ in 0..20 {
-        let e = timed(DEADLINE, layer.check("k", &policy, 1))
+    proxy.set(Fault::Delay(Duration::from_millis(400)));
+    for _ in 0..5 {
+        let e = timed(deadline, layer.check("k", &policy, 1))
             .await
             .unwrap_err();
         assert!(
-            matches!(e, BackendError::Timeout(d) if d == DEADLINE),
+            matches!(e, BackendError::Timeout(d) if d == deadline),
             "{e}"
         );
     }
     proxy.set(Fault::BlackHole);
     for _ in 0..5 {
-        let e = timed(DEADLINE, layer.check("k", &policy, 1))
+        let e = timed(deadline, layer.check("k", &policy, 1))
             .await
             .unwrap_err();
         assert!(matches!(e, BackendError::Timeout(_)), "{e}");
@@ -279,7 +280,8 @@ async fn a_killed_cluster_primary_fails_its_slots_only() {
         .breaker(never_opens())
         .default_policy(FailurePolicy::new(OnStoreError::Closed).deadline(deadline))
         .build();
-    signal(pid(dead).unwrap(), Signal::Kill).unwrap();
+    // DEBUG SEGFAULT crashes the node (the reply never comes).
+    let _ = dead.cli(&["debug", "segfault"]);
     for (key, dead_slot) in &on_dead {
         let result = timed(deadline, layer.check(key, &policy, 1)).await;
         match result {

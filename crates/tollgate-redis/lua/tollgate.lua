@@ -9,6 +9,7 @@ reports the function missing and the client loads this one.
 
 FCALL tollgate_v2 <nkeys> <keys...> <now_us> <ttl_floor_ms> <op> <amount> <n>
       then per limit: <algorithm> <cap> <x> <y> <max>
+FCALL_RO tollgate_v2_peek ... the same arguments, for a check of cost 0
 
   now_us        the request time in microseconds, or "" for the server's TIME
   ttl_floor_ms  the least TTL given to a charged key (0 with the server clock;
@@ -96,10 +97,10 @@ end
 
 -- Gives `alg` (a table of read, judge and change, see below) the `write`
 -- of a state packed as `layout` from the numbers `numbers(s, p)` returns,
--- with a TTL of the state's reset_after.
+-- with a TTL of the state's reset_after (`reset` us when the caller knows it).
 local function packed(alg, layout, numbers)
-  alg.write = function(keys, i, p, s, floor)
-    save(keys[i], layout, alg.judge(s, p, 0)[4], floor, numbers(s, p))
+  alg.write = function(keys, i, p, s, floor, reset)
+    save(keys[i], layout, reset or alg.judge(s, p, 0)[4], floor, numbers(s, p))
   end
   return alg
 end
@@ -135,7 +136,9 @@ end
 --                              charging it when admitted;
 --   change(s, p, op, cost)     the state after a refund or a forced charge,
 --                              nil if a forced charge would pass `p.max`;
---   write(keys, i, p, s, floor) stores a state from judge or change.
+--   write(keys, i, p, s, floor, reset)
+--                              stores a state from judge or change, with a
+--                              TTL of its reset_after if given (else its own).
 -- `p` holds the limit's arguments: cap, x, y, max.
 local algorithms = {}
 
@@ -467,6 +470,22 @@ algorithms.leaky_queue = packed({
   return s.debt, s.now
 end)
 
+-- Every limit's decision on `cost` after two slots for the reply's head
+-- (limit j's allowed, remaining, retry, reset, delay at 5j - 2 to 5j + 2),
+-- the states after charging it, and whether every limit admits.
+local function judge_all(keys, limits, now, cost)
+  local out, after, all = { 0, 0 }, {}, true
+  for j, l in ipairs(limits) do
+    local d, s = l.alg.judge(l.alg.read(keys, l.i, l.p, now), l.p, cost)
+    all = all and d[1] == 1
+    after[j] = s
+    for _, v in ipairs(d) do
+      out[#out + 1] = v
+    end
+  end
+  return out, after, all
+end
+
 -- One call on all limits of a policy, atomically: every limit is charged (or
 -- changed) or none is.
 local function run(keys, args)
@@ -490,21 +509,8 @@ local function run(keys, args)
       cap = tonumber(args[at + 1]), x = tonumber(args[at + 2]),
       y = tonumber(args[at + 3]), max = tonumber(args[at + 4]),
     }
-    limits[#limits + 1] = { alg = alg, i = k, p = p }
+    limits[l + 1] = { alg = alg, i = k, p = p }
     k = k + alg.keys
-  end
-  -- Every limit's decision on `cost` (concatenated) and state after it.
-  local function judge_all(cost)
-    local out, after, all = {}, {}, true
-    for j, l in ipairs(limits) do
-      local d, s = l.alg.judge(l.alg.read(keys, l.i, l.p, now), l.p, cost)
-      all = all and d[1] == 1
-      after[j] = s
-      for _, v in ipairs(d) do
-        out[#out + 1] = v
-      end
-    end
-    return out, after, all
   end
   local charged = 0
   if op == 'refund' or op == 'force' then
@@ -529,10 +535,10 @@ local function run(keys, args)
   elseif op == 'lease' then
     -- Admission is monotone in the cost: the largest cost every limit
     -- admits is the smallest `remaining` of a peek.
-    local peek = judge_all(0)
+    local peek = judge_all(keys, limits, now, 0)
     local most = amount
     for j = 1, #limits do
-      most = math.min(most, peek[5 * j - 3])
+      most = math.min(most, peek[5 * j - 1])
     end
     if most == 0 then
       amount = math.min(amount, 1)
@@ -542,21 +548,22 @@ local function run(keys, args)
   elseif op ~= 'check' then
     return redis.error_reply('tollgate: unknown operation ' .. tostring(op))
   end
-  local out, after, all = judge_all(amount)
-  if all and amount > 0 then
-    for j, l in ipairs(limits) do
-      l.alg.write(keys, l.i, l.p, after[j], floor)
-    end
-    charged = amount
-  end
-  local reply = { 0, charged }
+  local reply, after, all = judge_all(keys, limits, now, amount)
   if all then
     reply[1] = 1
+    if amount > 0 then
+      for j, l in ipairs(limits) do
+        l.alg.write(keys, l.i, l.p, after[j], floor, reply[5 * j + 1])
+      end
+      charged = amount
+    end
   end
-  for _, v in ipairs(out) do
-    reply[#reply + 1] = v
-  end
+  reply[2] = charged
   return reply
 end
 
 redis.register_function('tollgate_v2', run)
+-- The same entry point for peeks (a check of cost 0), declared read-only:
+-- callable with FCALL_RO, on replicas, and on a full server (maxmemory with
+-- noeviction), where Redis refuses functions that may write.
+redis.register_function { function_name = 'tollgate_v2_peek', callback = run, flags = { 'no-writes' } }

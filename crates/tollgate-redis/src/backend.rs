@@ -1,6 +1,8 @@
 //! [`RedisBackend`]: the [`Backend`] of `tollgate` on Redis or Redis Cluster.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::{Cmd, ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
@@ -10,6 +12,7 @@ use tollgate_core::{Algorithm, Decision, Lease, LeaseError, Limit, RetryAfter};
 use crate::conn::Conn;
 use crate::exact::{self, Encoded, MAX_EXACT, MAX_TIME_US};
 use crate::keys::KeySpace;
+use crate::redact::redact;
 use crate::script::{self, ScriptMode};
 
 /// Default deadline of every call to the store.
@@ -27,8 +30,8 @@ pub const DEFAULT_PREFIX: &str = "tollgate:";
 pub const DEFAULT_REPLAY_TTL: Duration = Duration::from_secs(3600);
 
 /// How to reach Redis and how to call it; [`RedisConfig::connect`] makes a
-/// [`RedisBackend`].
-#[derive(Clone, Debug)]
+/// [`RedisBackend`]. Its `Debug` shows the URL without credentials.
+#[derive(Clone)]
 pub struct RedisConfig {
     url: String,
     prefix: String,
@@ -36,11 +39,30 @@ pub struct RedisConfig {
     connect_timeout: Duration,
     mode: ScriptMode,
     replay_ttl: Duration,
+    root_certificates: Option<Vec<u8>>,
+}
+
+impl std::fmt::Debug for RedisConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisConfig")
+            .field("url", &redact(&self.url))
+            .field("prefix", &self.prefix)
+            .field("timeout", &self.timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("mode", &self.mode)
+            .field("replay_ttl", &self.replay_ttl)
+            .field("root_certificates", &self.root_certificates.is_some())
+            .finish()
+    }
 }
 
 impl RedisConfig {
-    /// Defaults for `url`: `redis://host:port[/db]` for one server,
-    /// `redis+cluster://host:port[,host:port...]` for a cluster.
+    /// Defaults for `url`: `redis://[user:password@]host:port[/db]` for one
+    /// server, `rediss://...` for one server over TLS (rustls; the server's
+    /// certificate is checked against the system's roots, or those of the
+    /// `SSL_CERT_FILE` environment variable, or
+    /// [`RedisConfig::root_certificates`]),
+    /// `redis+cluster://host:port[,host:port...]` for a cluster (without TLS).
     pub fn new(url: impl Into<String>) -> Self {
         RedisConfig {
             url: url.into(),
@@ -49,7 +71,15 @@ impl RedisConfig {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             mode: ScriptMode::Auto,
             replay_ttl: DEFAULT_REPLAY_TTL,
+            root_certificates: None,
         }
+    }
+
+    /// For `rediss://`: trusts the certificate authorities in `pem` (one or
+    /// more PEM certificates) instead of the system's.
+    pub fn root_certificates(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.root_certificates = Some(pem.into());
+        self
     }
 
     /// Prefix of every key (default `tollgate:`); no braces.
@@ -58,8 +88,15 @@ impl RedisConfig {
         self
     }
 
-    /// Deadline of each decision or reset, including a reload of the
-    /// library (default 50 ms).
+    /// Deadline of each call (decision, refund, forced charge, lease or
+    /// reset), including a reload of the library (default 50 ms).
+    ///
+    /// A call that times out may still be carried out: the command reached
+    /// the store, which runs it when it can (after a pause, a slow disk, a
+    /// congested link), charging the key. So never refund after a `Timeout`
+    /// (it could give back a charge that was never made): count the request
+    /// as possibly charged. Refund only a known outcome, a request admitted
+    /// and then not carried out.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self
@@ -83,23 +120,29 @@ impl RedisConfig {
         self
     }
 
-    /// Connects and loads the library, within the connect deadline.
+    /// Connects (and, on one server, checks the credentials with a `PING`)
+    /// within the connect deadline. The library is not loaded here: the
+    /// first call that finds it missing loads it on the node owning its key,
+    /// so connecting writes nothing (a full server still serves peeks) and
+    /// touches no other node of a cluster.
     pub async fn connect(self) -> Result<RedisBackend, BackendError> {
         let deadline = self.connect_timeout;
         let keys = KeySpace::new(self.prefix.clone())?;
         let setup = async {
-            let mut conn = Conn::connect(&self.url, deadline).await?;
-            let mode = load(&mut conn, self.mode).await?;
-            Ok::<_, RedisError>((conn, mode))
+            let roots = self.root_certificates.clone();
+            let mut conn = Conn::connect(&self.url, roots, deadline, self.timeout).await?;
+            conn.ping().await?;
+            Ok::<_, RedisError>(conn)
         };
-        let (conn, mode) = tokio::time::timeout(deadline, setup)
+        let conn = tokio::time::timeout(deadline, setup)
             .await
             .map_err(|_| BackendError::Timeout(deadline))?
             .map_err(|e| classify(e, deadline))?;
         Ok(RedisBackend {
             conn,
             keys,
-            mode,
+            mode: self.mode,
+            eval: Arc::new(AtomicBool::new(self.mode == ScriptMode::Eval)),
             timeout: self.timeout,
             replay_ttl_ms: u64::try_from(self.replay_ttl.as_millis()).unwrap_or(u64::MAX),
         })
@@ -113,8 +156,11 @@ impl RedisConfig {
 /// up to the store clock's microsecond).
 ///
 /// Calls have a deadline and fail with a typed [`BackendError`]:
-/// `Timeout`, `Unavailable` (connection refused or lost; reconnection is
-/// automatic), `Store` (the server answered with an error),
+/// `Timeout` (the store was reached and did not answer in time; the call
+/// may still be carried out, see [`RedisConfig::timeout`]), `Unavailable`
+/// (connection refused, reset or lost; reconnection is automatic),
+/// `Unauthorized` (credentials refused), `Config` (a client set up wrong),
+/// `Store` (the server answered with an error),
 /// `UnsupportedPolicy` (a quota outside the exact range, see
 /// [`RedisBackend::validate`], or a lease of a sliding log), `OutOfRange` (a
 /// forced charge that would take the key past that range) or `InvalidKey`.
@@ -123,6 +169,10 @@ pub struct RedisBackend {
     conn: Conn,
     keys: KeySpace,
     mode: ScriptMode,
+    /// Whether calls go through `EVALSHA`: from the start in
+    /// [`ScriptMode::Eval`], from the first server without Functions in
+    /// [`ScriptMode::Auto`]; shared by the clones.
+    eval: Arc<AtomicBool>,
     timeout: Duration,
     replay_ttl_ms: u64,
 }
@@ -141,14 +191,21 @@ impl RedisBackend {
         policy.limits().iter().try_for_each(|l| encode(l).map(drop))
     }
 
-    /// Whether decisions use Redis Functions (`FCALL`) rather than `EVALSHA`.
+    /// Whether calls use Redis Functions (`FCALL`) rather than `EVALSHA`.
+    /// In [`ScriptMode::Auto`], Functions until a server turns out not to
+    /// have them.
     pub fn uses_functions(&self) -> bool {
-        self.mode == ScriptMode::Functions
+        !self.eval.load(Ordering::Relaxed)
     }
 
-    /// The Redis keys holding `key`'s state under `policy`.
-    pub fn redis_keys(&self, key: &str, policy: &Policy) -> Result<Vec<String>, BackendError> {
-        let stem = self.keys.stem(key)?;
+    /// The Redis keys holding `key`'s state under `policy` (any bytes; the
+    /// [`Backend`] methods take text).
+    pub fn redis_keys(
+        &self,
+        key: impl AsRef<[u8]>,
+        policy: &Policy,
+    ) -> Result<Vec<String>, BackendError> {
+        let stem = self.keys.stem(key.as_ref())?;
         let mut out = Vec::with_capacity(policy.limits().len() + 1);
         for limit in policy.limits() {
             KeySpace::push_keys(&stem, limit, &mut out);
@@ -161,7 +218,7 @@ impl RedisBackend {
     /// charged this way live at least the configured replay TTL.
     pub async fn check_at(
         &self,
-        key: &str,
+        key: impl AsRef<[u8]>,
         policy: &Policy,
         cost: u64,
         now_us: u64,
@@ -177,7 +234,7 @@ impl RedisBackend {
     /// refund) with the decision.
     pub async fn apply_at(
         &self,
-        key: &str,
+        key: impl AsRef<[u8]>,
         policy: &Policy,
         op: Operation,
         now_us: u64,
@@ -188,70 +245,117 @@ impl RedisBackend {
                  ({MAX_TIME_US}us, about the year 2112 on the Unix clock)"
             )));
         }
-        self.call(key, policy, op, Some(now_us)).await
+        self.call(key.as_ref(), policy, op, Some(now_us)).await
     }
 
     /// One call of the script: `op` on every limit of `policy`, atomically.
     async fn call(
         &self,
-        key: &str,
+        key: &[u8],
         policy: &Policy,
         op: Operation,
         now_us: Option<u64>,
     ) -> Result<Lease, BackendError> {
         let (name, amount) = op.encode(policy)?;
         let keys = self.redis_keys(key, policy)?;
-        let mut cmd = self.invocation(&keys);
-        match now_us {
-            Some(t) => cmd.arg(t).arg(self.replay_ttl_ms),
-            None => cmd.arg("").arg(0),
+        let limits = policy
+            .limits()
+            .iter()
+            .map(encode)
+            .collect::<Result<Vec<_>, _>>()?;
+        let args = |cmd: &mut Cmd| {
+            match now_us {
+                Some(t) => cmd.arg(t).arg(self.replay_ttl_ms),
+                None => cmd.arg("").arg(0),
+            };
+            cmd.arg(name).arg(amount).arg(limits.len());
+            for e in &limits {
+                cmd.arg(e.algorithm).arg(e.cap).arg(e.x).arg(e.y).arg(e.max);
+            }
         };
-        cmd.arg(name).arg(amount).arg(policy.limits().len());
-        for limit in policy.limits() {
-            let e = encode(limit)?;
-            cmd.arg(e.algorithm).arg(e.cap).arg(e.x).arg(e.y).arg(e.max);
-        }
-        let reply = self.run(&cmd, &keys[0]).await?;
+        let peek = op == Operation::Check(0);
+        let reply = self.script(&keys, peek, args).await?;
         let reply: Vec<i64> = redis::from_redis_value(reply)
             .map_err(|e| BackendError::Store(format!("unexpected reply: {e}")))?;
         to_lease(&reply, policy.limits())
     }
 
-    /// `FCALL` or `EVALSHA` with `keys`, arguments to follow.
-    fn invocation(&self, keys: &[String]) -> Cmd {
-        let mut cmd = match self.mode {
-            ScriptMode::Eval => {
-                let mut c = redis::cmd("EVALSHA");
-                c.arg(script::eval_sha());
-                c
-            }
-            _ => {
-                let mut c = redis::cmd("FCALL");
-                c.arg(script::FUNCTION);
-                c
+    /// Runs the script on `keys` (arguments from `args`) within the
+    /// deadline, on the node owning them. A server that lost the library
+    /// (restart, failover, `FUNCTION FLUSH`, or never given it) gets it
+    /// loaded, on that node only, and the call is made again; in
+    /// [`ScriptMode::Auto`] a server without Functions switches every clone
+    /// to `EVALSHA`.
+    async fn script(
+        &self,
+        keys: &[String],
+        peek: bool,
+        args: impl Fn(&mut Cmd),
+    ) -> Result<Value, BackendError> {
+        let mut conn = self.conn.clone();
+        let key = &keys[0];
+        let attempt = async {
+            let mut reloaded = false;
+            loop {
+                let eval = self.eval.load(Ordering::Relaxed);
+                let mut cmd = invocation(eval, peek, keys);
+                args(&mut cmd);
+                match conn.on_key(&cmd, key).await {
+                    Err(e) if lost_script(&e) && !reloaded => {
+                        reloaded = true;
+                        conn.on_key(&library(eval), key).await?;
+                    }
+                    Err(e) if !eval && self.mode == ScriptMode::Auto && unknown_command(&e) => {
+                        self.eval.store(true, Ordering::Relaxed);
+                    }
+                    reply => return reply,
+                }
             }
         };
-        cmd.arg(keys.len()).arg(keys);
-        cmd
+        self.within_deadline(attempt).await
     }
 
-    /// Runs `cmd` within the deadline, reloading the library once if the
-    /// server lost it (restart, failover, `FUNCTION FLUSH`).
+    /// Runs a plain command on the node owning `key`, within the deadline.
     async fn run(&self, cmd: &Cmd, key: &str) -> Result<Value, BackendError> {
         let mut conn = self.conn.clone();
-        let attempt = async {
-            match conn.on_key(cmd, key).await {
-                Err(e) if lost_script(&e) => {
-                    load(&mut conn, self.mode).await?;
-                    conn.on_key(cmd, key).await
-                }
-                other => other,
-            }
-        };
-        tokio::time::timeout(self.timeout, attempt)
+        self.within_deadline(conn.on_key(cmd, key)).await
+    }
+
+    async fn within_deadline(
+        &self,
+        call: impl Future<Output = RedisResult<Value>>,
+    ) -> Result<Value, BackendError> {
+        tokio::time::timeout(self.timeout, call)
             .await
             .map_err(|_| BackendError::Timeout(self.timeout))?
             .map_err(|e| classify(e, self.timeout))
+    }
+}
+
+/// `FCALL` (`FCALL_RO` of the read-only twin for a peek) or `EVALSHA`
+/// with `keys`, arguments to follow.
+fn invocation(eval: bool, peek: bool, keys: &[String]) -> Cmd {
+    let mut cmd = match (eval, peek) {
+        (true, _) => redis::cmd("EVALSHA").arg(script::eval_sha()).take(),
+        (false, false) => redis::cmd("FCALL").arg(script::FUNCTION).take(),
+        (false, true) => redis::cmd("FCALL_RO").arg(script::PEEK_FUNCTION).take(),
+    };
+    cmd.arg(keys.len()).arg(keys);
+    cmd
+}
+
+/// The command that loads the library (`FUNCTION LOAD REPLACE`) or the
+/// `EVAL` script (`SCRIPT LOAD`).
+fn library(eval: bool) -> Cmd {
+    if eval {
+        redis::cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(script::eval_script())
+            .take()
+    } else {
+        let mut load = redis::cmd("FUNCTION");
+        load.arg("LOAD").arg("REPLACE").arg(script::LIBRARY);
+        load
     }
 }
 
@@ -261,7 +365,7 @@ impl Backend for RedisBackend {
     }
 
     async fn check(&self, key: &str, policy: &Policy, cost: u64) -> Result<Decision, BackendError> {
-        let done = self.call(key, policy, Operation::Check(cost), None);
+        let done = self.call(key.as_bytes(), policy, Operation::Check(cost), None);
         done.await.map(|d| d.decision)
     }
 
@@ -278,12 +382,12 @@ impl Backend for RedisBackend {
         policy: &Policy,
         cost: u64,
     ) -> Result<Decision, BackendError> {
-        let done = self.call(key, policy, Operation::Refund(cost), None);
+        let done = self.call(key.as_bytes(), policy, Operation::Refund(cost), None);
         done.await.map(|d| d.decision)
     }
 
     async fn force(&self, key: &str, policy: &Policy, cost: u64) -> Result<Decision, BackendError> {
-        let done = self.call(key, policy, Operation::Force(cost), None);
+        let done = self.call(key.as_bytes(), policy, Operation::Force(cost), None);
         done.await.map(|d| d.decision)
     }
 
@@ -293,7 +397,7 @@ impl Backend for RedisBackend {
         policy: &Policy,
         max: u64,
     ) -> impl Future<Output = Result<Lease, BackendError>> + Send {
-        self.call(key, policy, Operation::Lease(max), None)
+        self.call(key.as_bytes(), policy, Operation::Lease(max), None)
     }
 }
 
@@ -346,22 +450,10 @@ fn encode(limit: &Limit) -> Result<Encoded, BackendError> {
     exact::encode(limit).map_err(|e| BackendError::UnsupportedPolicy(e.to_string()))
 }
 
-/// Loads the library as `mode` asks and returns the mode in use: `Auto`
-/// becomes `Functions`, or `Eval` when the server does not know `FUNCTION`.
-async fn load(conn: &mut Conn, mode: ScriptMode) -> RedisResult<ScriptMode> {
-    if mode != ScriptMode::Eval {
-        let mut cmd = redis::cmd("FUNCTION");
-        cmd.arg("LOAD").arg("REPLACE").arg(script::LIBRARY);
-        match conn.everywhere(&cmd).await {
-            Ok(_) => return Ok(ScriptMode::Functions),
-            Err(e) if mode == ScriptMode::Auto && unknown_command(&e) => {}
-            Err(e) => return Err(e),
-        }
-    }
-    let mut cmd = redis::cmd("SCRIPT");
-    cmd.arg("LOAD").arg(script::eval_script());
-    conn.everywhere(&cmd).await?;
-    Ok(ScriptMode::Eval)
+/// A TLS server whose certificate this client does not trust: the client's
+/// configuration (its roots), not the store, must change.
+fn untrusted_certificate(e: &RedisError) -> bool {
+    e.is_io_error() && e.to_string().contains("invalid peer certificate")
 }
 
 fn unknown_command(e: &RedisError) -> bool {
@@ -383,6 +475,12 @@ fn lost_script(e: &RedisError) -> bool {
 fn classify(e: RedisError, deadline: Duration) -> BackendError {
     if e.code() == Some(OUT_OF_RANGE) {
         BackendError::OutOfRange(e.detail().unwrap_or_default().to_string())
+    } else if e.kind() == ErrorKind::InvalidClientConfig || untrusted_certificate(&e) {
+        BackendError::Config(e.to_string())
+    } else if e.kind() == ErrorKind::AuthenticationFailed
+        || matches!(e.code(), Some("NOAUTH" | "WRONGPASS"))
+    {
+        BackendError::Unauthorized(e.to_string())
     } else if e.is_timeout() {
         BackendError::Timeout(deadline)
     } else if e.is_io_error()

@@ -8,7 +8,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
-use redis::{Cmd, RedisResult, Value};
+use redis::{Cmd, RedisResult, TlsCertificates, Value};
 
 /// The URL scheme that selects cluster mode; the rest lists seed nodes
 /// separated by commas (`redis+cluster://h1:7000,h2:7001`).
@@ -29,29 +29,52 @@ pub enum Conn {
 
 impl Conn {
     /// Connects to `url` (`redis://`, `rediss://`, `unix://` or
-    /// [`CLUSTER_SCHEME`]), each attempt bounded by `timeout`.
-    pub async fn connect(url: &str, timeout: Duration) -> RedisResult<Self> {
+    /// [`CLUSTER_SCHEME`]), each attempt bounded by `timeout`; `call` is the
+    /// deadline of each later call. `roots` (PEM) replace the system's
+    /// certificate authorities for TLS.
+    pub async fn connect(
+        url: &str,
+        roots: Option<Vec<u8>>,
+        timeout: Duration,
+        call: Duration,
+    ) -> RedisResult<Self> {
         if let Some(nodes) = url.strip_prefix(CLUSTER_SCHEME) {
             let nodes: Vec<String> = nodes
                 .split(',')
                 .filter(|n| !n.is_empty())
                 .map(|n| format!("redis://{n}"))
                 .collect();
+            // A node that does not answer (paused, overloaded) must not hold
+            // up the others: the client reconnects and refreshes its slot
+            // map holding a lock that every call waits for, so a connection
+            // attempt gets a quarter of a call's deadline and a reply the
+            // whole of it. The slots of that node then fail on their own.
+            // One retry follows a MOVED or ASK redirection.
             let client = ClusterClient::builder(nodes)
-                .connection_timeout(timeout)
-                .response_timeout(timeout)
-                .retries(2)
-                .min_retry_wait(5)
-                .max_retry_wait(50)
+                .connection_timeout(timeout.min(call) / 4)
+                .response_timeout(call)
+                .retries(1)
                 .build()?;
             return Ok(Conn::Cluster(client.get_async_connection().await?));
         }
-        let client = redis::Client::open(url)?;
+        let client = match roots {
+            Some(root_cert) => {
+                let certs = TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(root_cert),
+                };
+                redis::Client::build_with_tls(url, certs)?
+            }
+            None => redis::Client::open(url)?,
+        };
+        // One connection attempt per reconnection, no backoff: a call made
+        // while nothing listens fails at once as refused (`Unavailable`)
+        // instead of waiting out its deadline in retries, and the next call
+        // tries again.
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(timeout))
             .set_response_timeout(Some(timeout))
-            .set_number_of_retries(2)
-            .set_max_delay(Duration::from_millis(50));
+            .set_number_of_retries(0);
         Ok(Conn::Single(
             ConnectionManager::new_with_config(client, config).await?,
         ))
@@ -74,14 +97,13 @@ impl Conn {
         reply.and_then(Value::extract_error)
     }
 
-    /// Runs a keyless administrative command (`FUNCTION LOAD`, `SCRIPT
-    /// LOAD`); the cluster client sends those to every primary (or node) and
-    /// fails unless all succeed.
-    pub async fn everywhere(&mut self, cmd: &Cmd) -> RedisResult<Value> {
-        let reply = match self {
-            Conn::Single(c) => cmd.query_async(c).await,
-            Conn::Cluster(c) => cmd.query_async(c).await,
-        };
-        reply.and_then(Value::extract_error)
+    /// Checks that one server answers and accepts the credentials (a
+    /// missing password shows only at the first command). A cluster client
+    /// has already talked to its nodes to learn the slots.
+    pub async fn ping(&mut self) -> RedisResult<()> {
+        match self {
+            Conn::Single(c) => redis::cmd("PING").query_async(c).await,
+            Conn::Cluster(_) => Ok(()),
+        }
     }
 }

@@ -69,6 +69,19 @@ pub struct Encoded {
     pub max: u64,
 }
 
+impl Encoded {
+    /// Request times (as given to [`crate::RedisBackend::check_at`]) may all
+    /// be moved by a multiple of this many microseconds without changing a
+    /// decision: a whole number of periods for the windows (which stay
+    /// aligned), any amount for the others (which see only differences).
+    pub fn time_unit_us(&self) -> u64 {
+        match self.algorithm {
+            "fixed_window" | "sliding_counter" => self.x,
+            _ => 1,
+        }
+    }
+}
+
 /// A quota whose computations would not be exact in the store.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OutOfRange {
@@ -84,14 +97,52 @@ impl std::fmt::Display for OutOfRange {
         write!(
             f,
             "{} with limit {}, period {}ns and burst {} needs integers up to {} in the \
-             Redis script, above 2^53 where Lua's doubles stop being exact; use a smaller \
-             limit or burst, or a period that is a whole number of microseconds",
+             Redis script, above 2^53 where Lua's doubles stop being exact: {}",
             self.limit.algorithm,
             q.limit(),
             q.period_ns(),
             q.burst(),
-            self.largest
+            self.largest,
+            advice(&self.limit)
         )
+    }
+}
+
+/// What would bring `limit` into the exact range, from what made it large.
+fn advice(limit: &Limit) -> String {
+    let q = &limit.quota;
+    let (period, rate) = (q.period_ns() as u128, q.limit() as u128);
+    let whole_us = period % 1000 == 0;
+    match limit.algorithm {
+        Algorithm::FixedWindow | Algorithm::SlidingCounter | Algorithm::SlidingLog if !whole_us => {
+            "the period is not a whole number of microseconds (the store clock's unit), \
+             which multiplies the script's numbers by up to 1000; round it to one"
+                .into()
+        }
+        Algorithm::SlidingCounter if 2 * rate * period.div_ceil(1000) > MAX_EXACT => format!(
+            "limit x period must stay within 2^52 microseconds (here {} x {}us); use a \
+             smaller limit or a shorter period",
+            rate,
+            period / 1000
+        ),
+        Algorithm::FixedWindow | Algorithm::SlidingCounter | Algorithm::SlidingLog => {
+            "the period is too long (the store supports periods up to about 95 years)".into()
+        }
+        _ => {
+            let g = gcd(period, 1000 * rate);
+            let (p, per_us) = (period / g, 1000 * rate / g);
+            let mut advice = format!(
+                "the emission interval period/limit is {p}/{per_us} microseconds in lowest \
+                 terms, and 2 x (burst + 1) x {p} must stay within 2^53; use a smaller burst"
+            );
+            if per_us > 1 {
+                advice.push_str(
+                    ", or a period and limit whose interval is a whole number of \
+                     microseconds (a smaller numerator)",
+                );
+            }
+            advice
+        }
     }
 }
 
@@ -230,10 +281,40 @@ mod tests {
         let l = limit(Algorithm::FixedWindow, 10, 86_399_999_999_971, 10);
         let err = encode(&l).unwrap_err();
         assert!(err.largest > MAX_EXACT);
-        assert!(err.to_string().contains("2^53"), "{err}");
+        assert!(
+            err.to_string()
+                .contains("not a whole number of microseconds"),
+            "{err}"
+        );
         // A big burst at an interval that is no whole number of us: p is the
         // whole period (1 day + 1 ns) and q = 3000.
         let l = limit(Algorithm::TokenBucket, 3, 86_400_000_000_001, 10_000);
-        assert!(encode(&l).is_err());
+        let err = encode(&l).unwrap_err().to_string();
+        assert!(
+            err.contains("smaller burst") && err.contains("whole number"),
+            "{err}"
+        );
+    }
+
+    /// Each refusal says what is actually wrong: a sliding counter whose
+    /// period already is whole microseconds is told to lower the limit or
+    /// the period, not to round the period.
+    #[test]
+    fn refusals_name_the_cause() {
+        let day = 86_400_000_000_000;
+        let err = encode(&limit(Algorithm::SlidingCounter, 100_000_000, day, 1))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("smaller limit or a shorter period"), "{err}");
+        assert!(!err.contains("whole number"), "{err}");
+        // A whole-microsecond interval needs no advice about it.
+        // An interval of 10^12 us exactly, and a burst that needs 9.2 * 10^15.
+        let err = encode(&limit(Algorithm::Gcra, 1, 1_000_000_000_000_000, 4_600))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("smaller burst") && !err.contains("whole number"),
+            "{err}"
+        );
     }
 }

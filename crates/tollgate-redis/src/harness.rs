@@ -50,23 +50,80 @@ pub struct RedisServer {
     port: u16,
     dir: PathBuf,
     extra: Vec<String>,
+    password: Option<String>,
+    /// The CA file of a TLS-only server.
+    tls_ca: Option<PathBuf>,
     child: Option<Child>,
 }
 
 impl RedisServer {
     /// Starts a standalone server (with `DEBUG` enabled for local clients).
     pub fn start() -> Result<Self, HarnessError> {
-        Self::start_with(free_port(0)?, Vec::new())
+        Self::start_with(free_port(0)?, Vec::new(), None)
     }
 
-    fn start_with(port: u16, extra: Vec<String>) -> Result<Self, HarnessError> {
-        let dir =
-            std::env::temp_dir().join(format!("tollgate-redis-{}-{port}", std::process::id()));
-        std::fs::create_dir_all(&dir).map_err(|e| HarnessError::Failed(e.to_string()))?;
+    /// Starts a standalone server that requires `password` (`requirepass`).
+    pub fn start_with_password(password: &str) -> Result<Self, HarnessError> {
+        let extra = vec!["--requirepass".into(), password.into()];
+        Self::start_with(free_port(0)?, extra, Some(password.into()))
+    }
+
+    /// Starts a server that speaks only TLS, with the certificate chain and
+    /// key given in PEM (the chain's certificate also serves as the CA that
+    /// `redis-cli` trusts). Clients need not present a certificate.
+    pub fn start_tls(cert_pem: &str, key_pem: &str) -> Result<Self, HarnessError> {
+        let port = free_port(0)?;
+        let dir = server_dir(port)?;
+        let write = |name: &str, pem: &str| {
+            let path = dir.join(name);
+            std::fs::write(&path, pem).map_err(|e| HarnessError::Failed(e.to_string()))?;
+            Ok::<_, HarnessError>(path.to_string_lossy().into_owned())
+        };
+        let (cert, key) = (write("tls.crt", cert_pem)?, write("tls.key", key_pem)?);
+        let extra = [
+            "--port",
+            "0",
+            "--tls-port",
+            &port.to_string(),
+            "--tls-cert-file",
+            &cert,
+            "--tls-key-file",
+            &key,
+            "--tls-ca-cert-file",
+            &cert,
+            "--tls-auth-clients",
+            "no",
+        ];
         let mut server = RedisServer {
             port,
             dir,
+            extra: extra.map(String::from).to_vec(),
+            password: None,
+            tls_ca: Some(cert.into()),
+            child: None,
+        };
+        server.spawn()?;
+        Ok(server)
+    }
+
+    /// Starts a standalone server with extra `redis-server` arguments (for
+    /// example `--maxmemory 1mb`).
+    pub fn start_with_args(args: &[&str]) -> Result<Self, HarnessError> {
+        let extra = args.iter().map(|a| a.to_string()).collect();
+        Self::start_with(free_port(0)?, extra, None)
+    }
+
+    fn start_with(
+        port: u16,
+        extra: Vec<String>,
+        password: Option<String>,
+    ) -> Result<Self, HarnessError> {
+        let mut server = RedisServer {
+            port,
+            dir: server_dir(port)?,
             extra,
+            password,
+            tls_ca: None,
             child: None,
         };
         server.spawn()?;
@@ -74,6 +131,7 @@ impl RedisServer {
     }
 
     fn spawn(&mut self) -> Result<(), HarnessError> {
+        // A TLS server's own arguments set `--port 0` after this one.
         let child = Command::new("redis-server")
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
@@ -89,7 +147,12 @@ impl RedisServer {
                 _ => HarnessError::Failed(e.to_string()),
             })?;
         self.child = Some(child);
-        wait_until(|| ping(self.port), "redis-server to answer PING")
+        wait_until(|| self.ping(), "redis-server to answer PING")
+    }
+
+    fn ping(&self) -> bool {
+        TcpStream::connect(("127.0.0.1", self.port)).is_ok()
+            && self.cli(&["ping"]).is_ok_and(|out| out.trim() == "PONG")
     }
 
     /// The server's port on 127.0.0.1.
@@ -97,9 +160,14 @@ impl RedisServer {
         self.port
     }
 
-    /// `redis://127.0.0.1:<port>`.
+    /// `redis://127.0.0.1:<port>`, or `rediss://` for a TLS server.
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        let scheme = if self.tls_ca.is_some() {
+            "rediss"
+        } else {
+            "redis"
+        };
+        format!("{scheme}://127.0.0.1:{}", self.port)
     }
 
     /// Kills the server (losing every key and the loaded library) and starts
@@ -109,9 +177,50 @@ impl RedisServer {
         self.spawn()
     }
 
-    /// Runs `redis-cli` against this server and returns its output.
+    /// Runs `redis-cli` against this server (with its password, if it has
+    /// one) and returns its output.
     pub fn cli(&self, args: &[&str]) -> Result<String, HarnessError> {
-        cli(self.port, args)
+        let mut all = vec![];
+        if let Some(password) = &self.password {
+            all.extend(["--no-auth-warning", "-a", password]);
+        }
+        let ca = self.tls_ca.as_ref().map(|ca| ca.to_string_lossy());
+        if let Some(ca) = &ca {
+            all.extend(["--tls", "--cacert", ca]);
+        }
+        all.extend(args);
+        cli(self.port, &all)
+    }
+
+    /// Kills the server; [`RedisServer::restart`] starts it again.
+    pub fn kill(&mut self) {
+        self.stop();
+    }
+
+    /// Stops the process (`SIGSTOP`): connections stay open and nothing is
+    /// answered until [`RedisServer::resume`].
+    pub fn pause(&self) -> Result<(), HarnessError> {
+        self.signal(libc::SIGSTOP)
+    }
+
+    /// Resumes a paused server (`SIGCONT`).
+    pub fn resume(&self) -> Result<(), HarnessError> {
+        self.signal(libc::SIGCONT)
+    }
+
+    fn signal(&self, signal: libc::c_int) -> Result<(), HarnessError> {
+        let child = self
+            .child
+            .as_ref()
+            .ok_or_else(|| HarnessError::Failed("the server is not running".into()))?;
+        let pid = libc::pid_t::try_from(child.id())
+            .map_err(|_| HarnessError::Failed("process id out of range".into()))?;
+        // SAFETY: `kill` only sends a signal to our own child process.
+        if unsafe { libc::kill(pid, signal) } != 0 {
+            let why = std::io::Error::last_os_error();
+            return Err(HarnessError::Failed(format!("signal {signal}: {why}")));
+        }
+        Ok(())
     }
 
     fn stop(&mut self) {
@@ -148,7 +257,7 @@ impl RedisCluster {
                 .into_iter()
                 .chain([format!("nodes-{port}.conf")])
                 .collect();
-            nodes.push(RedisServer::start_with(port, extra)?);
+            nodes.push(RedisServer::start_with(port, extra, None)?);
         }
         let addrs: Vec<String> = nodes
             .iter()
@@ -186,6 +295,13 @@ impl RedisCluster {
     }
 }
 
+/// A fresh temporary directory for the server on `port`.
+fn server_dir(port: u16) -> Result<PathBuf, HarnessError> {
+    let dir = std::env::temp_dir().join(format!("tollgate-redis-{}-{port}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| HarnessError::Failed(e.to_string()))?;
+    Ok(dir)
+}
+
 /// A port free on 127.0.0.1 (and, if `also_plus` > 0, at port + also_plus).
 fn free_port(also_plus: u16) -> Result<u16, HarnessError> {
     for _ in 0..100 {
@@ -205,11 +321,6 @@ fn free_port(also_plus: u16) -> Result<u16, HarnessError> {
         }
     }
     Err(HarnessError::Failed("no free port pair found".into()))
-}
-
-fn ping(port: u16) -> bool {
-    TcpStream::connect(("127.0.0.1", port)).is_ok()
-        && cli(port, &["ping"]).is_ok_and(|out| out.trim() == "PONG")
 }
 
 fn cli(port: u16, args: &[&str]) -> Result<String, HarnessError> {

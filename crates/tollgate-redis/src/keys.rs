@@ -37,21 +37,24 @@ impl KeySpace {
 
     /// The hash-tagged stem `<prefix>{<tag>}` shared by every key of `key`.
     ///
-    /// The tag is the key itself when it is 1 to [`MAX_KEY_BYTES`] bytes
-    /// without braces and not starting with `#`; otherwise `#` and the
-    /// SHA-1 of the key in hex (a brace would end the tag early, and an
-    /// empty tag would let Redis Cluster spread the keys over slots).
-    pub fn stem(&self, key: &str) -> Result<String, BackendError> {
+    /// The tag is the key itself when it is 1 to [`MAX_KEY_BYTES`] bytes of
+    /// UTF-8 without braces and not starting with `#`; otherwise `#` and the
+    /// SHA-1 of the key's bytes in hex (a brace would end the tag early, an
+    /// empty tag would let Redis Cluster spread the keys over slots, and
+    /// other bytes are any caller's: a trace's keys need not be text).
+    pub fn stem(&self, key: &[u8]) -> Result<String, BackendError> {
         if key.is_empty() {
             return Err(BackendError::InvalidKey("the key is empty".into()));
         }
-        let raw =
-            key.len() <= MAX_KEY_BYTES && !key.contains(['{', '}']) && !key.starts_with(HASHED);
-        Ok(if raw {
-            format!("{}{{{key}}}", self.prefix)
-        } else {
-            let digest = sha1_smol::Sha1::from(key.as_bytes()).digest();
-            format!("{}{{{HASHED}{digest}}}", self.prefix)
+        let raw = std::str::from_utf8(key).ok().filter(|k| {
+            k.len() <= MAX_KEY_BYTES && !k.contains(['{', '}']) && !k.starts_with(HASHED)
+        });
+        Ok(match raw {
+            Some(key) => format!("{}{{{key}}}", self.prefix),
+            None => {
+                let digest = sha1_smol::Sha1::from(key).digest();
+                format!("{}{{{HASHED}{digest}}}", self.prefix)
+            }
         })
     }
 
@@ -91,7 +94,7 @@ mod tests {
     #[test]
     fn the_caller_key_is_the_hash_tag() {
         let ks = KeySpace::new("app:").unwrap();
-        assert_eq!(ks.stem("user-1").unwrap(), "app:{user-1}");
+        assert_eq!(ks.stem(b"user-1").unwrap(), "app:{user-1}");
         let mut keys = vec![];
         let per_sec = Quota::per_second(10).unwrap();
         KeySpace::push_keys("app:{u}", &Limit::new(Algorithm::Gcra, per_sec), &mut keys);
@@ -116,16 +119,25 @@ mod tests {
         let ks = KeySpace::new("p:").unwrap();
         let long = "x".repeat(MAX_KEY_BYTES + 1);
         let at_cap = "y".repeat(MAX_KEY_BYTES);
-        assert_eq!(tag(&ks.stem(&at_cap).unwrap()), at_cap);
-        for key in [long.as_str(), "}", "a}b", "{a}", "#raw"] {
+        assert_eq!(tag(&ks.stem(at_cap.as_bytes()).unwrap()), at_cap);
+        let keys: [&[u8]; 7] = [
+            long.as_bytes(),
+            b"}",
+            b"a}b",
+            b"{a}",
+            b"#raw",
+            b"\xff\xfe",
+            b"a\x80",
+        ];
+        for key in keys {
             let stem = ks.stem(key).unwrap();
             let t = tag(&stem);
-            assert!(t.starts_with('#') && t.len() == 41, "{key} -> {stem}");
+            assert!(t.starts_with('#') && t.len() == 41, "{key:?} -> {stem}");
         }
         // Distinct keys, distinct tags; a raw `#...` key never names a hash.
-        let hashed = ks.stem(&long).unwrap();
+        let hashed = ks.stem(long.as_bytes()).unwrap();
         let forged = format!("#{}", tag(&hashed).trim_start_matches('#'));
-        assert_ne!(ks.stem(&forged).unwrap(), hashed);
+        assert_ne!(ks.stem(forged.as_bytes()).unwrap(), hashed);
     }
 
     #[test]
@@ -135,6 +147,6 @@ mod tests {
             Err(BackendError::InvalidKey(_))
         ));
         let ks = KeySpace::new("").unwrap();
-        assert!(matches!(ks.stem(""), Err(BackendError::InvalidKey(_))));
+        assert!(matches!(ks.stem(b""), Err(BackendError::InvalidKey(_))));
     }
 }

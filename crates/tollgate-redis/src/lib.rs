@@ -38,6 +38,7 @@ mod conn;
 pub mod exact;
 pub mod harness;
 mod keys;
+mod redact;
 mod script;
 
 pub use backend::{
@@ -46,4 +47,5 @@ pub use backend::{
 };
 pub use conn::CLUSTER_SCHEME;
 pub use keys::{KeySpace, MAX_KEY_BYTES};
+pub use redact::redact;
 pub use script::{eval_script, ScriptMode, FUNCTION, LIBRARY};

@@ -11,6 +11,10 @@ pub const LIBRARY: &str = include_str!("../lua/tollgate.lua");
 /// operation, named with the version of its arguments (see the library).
 pub const FUNCTION: &str = "tollgate_v2";
 
+/// The same entry point declared read-only (`FCALL_RO`), for peeks: it
+/// works on a full server, where Redis refuses functions that may write.
+pub const PEEK_FUNCTION: &str = "tollgate_v2_peek";
+
 /// How decisions reach the script.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ScriptMode {
@@ -26,13 +30,16 @@ pub enum ScriptMode {
 /// The library as an `EVAL` script: its `#!lua` line becomes a one-line
 /// preamble (so line numbers in errors still match the file) that shadows
 /// `redis` with a table capturing `register_function`, and a last line calls
-/// the captured function with `KEYS` and `ARGV`.
+/// the captured function with `KEYS` and `ARGV`. (A script without flags
+/// is refused on a full server only when it writes, so peeks need no twin.)
 pub fn eval_script() -> &'static str {
     static SCRIPT: LazyLock<String> = LazyLock::new(|| {
         let body = LIBRARY.split_once('\n').map_or("", |(_, rest)| rest);
         format!(
             "local registered = {{}} local redis = setmetatable({{ register_function = \
-             function(name, f) registered[name] = f end }}, {{ __index = redis }})\n\
+             function(name, f) if type(name) == 'table' then \
+             registered[name.function_name] = name.callback else registered[name] = f end \
+             end }}, {{ __index = redis }})\n\
              {body}\nreturn registered['{FUNCTION}'](KEYS, ARGV)\n"
         )
     });

@@ -15,13 +15,10 @@ async fn cluster_decides_like_the_core_and_reloads_a_lost_library() {
     };
     let redis = common::backend(&cluster.url()).await;
     assert!(redis.uses_functions());
+    // Connecting loads nothing: the first call on each node does.
     for node in cluster.nodes() {
         let list = node.cli(&["function", "list"]).unwrap();
-        assert!(
-            list.contains(tollgate_redis::FUNCTION),
-            "library on port {}",
-            node.port()
-        );
+        assert!(!list.contains(tollgate_redis::FUNCTION), "{list}");
     }
     // Two limits per key (one slot per key), keys spread over every node.
     let limits: Vec<Limit> = Algorithm::ALL
@@ -58,6 +55,14 @@ async fn cluster_decides_like_the_core_and_reloads_a_lost_library() {
         }
     }
     assert_eq!(used_nodes.len(), 3, "keys landed on every primary");
+    for node in cluster.nodes() {
+        let list = node.cli(&["function", "list"]).unwrap();
+        assert!(
+            list.contains(tollgate_redis::FUNCTION),
+            "library on port {}",
+            node.port()
+        );
+    }
 
     // One primary loses the library: decisions on its keys carry on, and
     // the library is back on it afterwards.
@@ -90,4 +95,80 @@ fn node_of(cluster: &tollgate_redis::harness::RedisCluster, slot: u16) -> u16 {
         }
     }
     panic!("no node holds slot {slot}");
+}
+
+/// The index of the node owning `redis_key`'s slot, from `CLUSTER SLOTS`.
+fn owner(cluster: &tollgate_redis::harness::RedisCluster, redis_key: &str) -> usize {
+    let slot: u16 = cluster.nodes()[0]
+        .cli(&["cluster", "keyslot", redis_key])
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let nodes = cluster.nodes()[0].cli(&["cluster", "nodes"]).unwrap();
+    for line in nodes.lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let port: u16 = fields[1].split(['@', ':']).nth(1).unwrap().parse().unwrap();
+        let owns = fields[8..].iter().any(|range| match range.split_once('-') {
+            Some((a, b)) => (a.parse().unwrap()..=b.parse().unwrap()).contains(&slot),
+            None => range.parse() == Ok(slot),
+        });
+        if owns {
+            return cluster
+                .nodes()
+                .iter()
+                .position(|n| n.port() == port)
+                .unwrap();
+        }
+    }
+    panic!("no node owns slot {slot}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_primary_only_affects_the_keys_of_its_slots() {
+    let Some(cluster) = common::cluster() else {
+        return;
+    };
+    let deadline = std::time::Duration::from_millis(250);
+    let connect = || {
+        common::config(&cluster.url())
+            .timeout(deadline)
+            .connect_timeout(std::time::Duration::from_secs(3))
+            .connect()
+    };
+    let before = connect().await.unwrap();
+    let policy = Policy::new(Limit::new(Algorithm::Gcra, Quota::per_second(100).unwrap()));
+    // Keys until every node owns a few.
+    let keys: Vec<(String, usize)> = (0..30)
+        .map(|k| {
+            let key = format!("k{k}");
+            let slot_key = before.redis_keys(&key, &policy).unwrap().remove(0);
+            let node = owner(&cluster, &slot_key);
+            (key, node)
+        })
+        .collect();
+    for (key, _) in &keys {
+        before.check(key, &policy, 1).await.unwrap();
+    }
+    let paused = 1;
+    cluster.nodes()[paused].pause().unwrap();
+    // A backend connected before the pause and one connected during it.
+    let during = connect().await;
+    let outcome = async {
+        let during = during.map_err(|e| format!("connecting during the pause: {e}"))?;
+        for (name, redis) in [("before", &before), ("during", &during)] {
+            for (key, node) in &keys {
+                let result = redis.check(key, &policy, 1).await;
+                match (*node == paused, &result) {
+                    (false, Ok(_)) => {}
+                    (true, Err(tollgate::BackendError::Timeout(_))) => {}
+                    _ => return Err(format!("{name}: {key} on node {node}: {result:?}")),
+                }
+            }
+        }
+        Ok(())
+    }
+    .await;
+    cluster.nodes()[paused].resume().unwrap();
+    outcome.unwrap();
 }

@@ -1,6 +1,6 @@
 //! Atomicity under concurrency: 20 clients, each on its own connection,
 //! send 25 requests each at a key allowing 100; exactly 100 get through,
-//! for every algorithm, 50 times over. And 64 callers sharing one backend
+//! for every algorithm, 20 times over. And 64 callers sharing one backend
 //! share one multiplexed connection, which comes back by itself after the
 //! server restarts.
 
@@ -13,7 +13,7 @@ use tollgate_redis::RedisBackend;
 
 const CLIENTS: usize = 20;
 const REQUESTS: usize = 25;
-const ROUNDS: usize = 50;
+const ROUNDS: usize = 20;
 const LIMIT: u64 = 100;
 
 /// 100 per hour: nothing refills or rolls over during a round, so the only

@@ -85,15 +85,27 @@ pub trait Backend: Send + Sync {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum BackendError {
-    /// The store did not answer within the call's deadline.
+    /// The store was reached but did not answer within the call's deadline.
+    /// The call may still have been carried out (a charge made after the
+    /// deadline passed): never refund after a timeout.
     #[error("store did not answer within {0:?}")]
     Timeout(Duration),
-    /// No connection to the store could be made or kept.
+    /// No connection to the store could be made or kept (refused, reset,
+    /// closed).
     #[error("store unavailable: {0}")]
     Unavailable(String),
+    /// The store refused the credentials (wrong or missing password or
+    /// user).
+    #[error("store refused the credentials: {0}")]
+    Unauthorized(String),
     /// The store answered with an error (for example a failed script).
     #[error("store error: {0}")]
     Store(String),
+    /// The client is set up wrong (a malformed URL, an unsupported scheme,
+    /// a TLS server whose certificate it does not trust): a fix on this
+    /// side, not in the store.
+    #[error("store client configuration: {0}")]
+    Config(String),
     /// The policy cannot be enforced by this store (for example a quota
     /// outside the range its arithmetic is exact for).
     #[error("policy not supported by this store: {0}")]
