@@ -57,7 +57,7 @@
 //! estimate: other instances spend too.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -66,6 +66,7 @@ use tokio::sync::futures::OwnedNotified as Notified;
 use tokio::sync::Notify;
 use tollgate_core::{Algorithm, Decision, Lease, LeaseError, RetryAfter};
 
+use crate::counters::counters;
 use crate::{Backend, BackendError, Clock, MonotonicClock, Policy};
 
 /// Options of [`Batched`].
@@ -117,28 +118,20 @@ impl BatchConfig {
     }
 }
 
-/// Counts of what a [`Batched`] did since it was built.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct BatchStats {
-    /// Calls made to the store (checks, leases and refunds).
-    pub store_calls: u64,
-    /// Of those, leases.
-    pub leases: u64,
-    /// Of those, refunds of unspent units.
-    pub refunds: u64,
-    /// Units given back by those refunds.
-    pub refunded_units: u64,
-    /// Decisions made in process (spent from a lease or a kept denial).
-    pub local_decisions: u64,
-}
-
-#[derive(Default)]
-struct Counters {
-    store_calls: AtomicU64,
-    leases: AtomicU64,
-    refunds: AtomicU64,
-    refunded_units: AtomicU64,
-    local_decisions: AtomicU64,
+counters! {
+    /// Counts of what a [`Batched`] did since it was built.
+    pub struct BatchStats, kept in Counters {
+        /// Calls made to the store (checks, leases and refunds).
+        store_calls,
+        /// Of those, leases.
+        leases,
+        /// Of those, refunds of unspent units.
+        refunds,
+        /// Units given back by those refunds.
+        refunded_units,
+        /// Decisions made in process (spent from a lease or a kept denial).
+        local_decisions,
+    }
 }
 
 /// A [`Backend`] that leases hot keys' units in batches (see the
@@ -234,15 +227,7 @@ impl<B: Backend, C: Clock> Batched<B, C> {
 
     /// What the layer did so far.
     pub fn stats(&self) -> BatchStats {
-        let c = &self.counters;
-        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        BatchStats {
-            store_calls: get(&c.store_calls),
-            leases: get(&c.leases),
-            refunds: get(&c.refunds),
-            refunded_units: get(&c.refunded_units),
-            local_decisions: get(&c.local_decisions),
-        }
+        self.counters.snapshot()
     }
 
     /// Keys holding leased units now.

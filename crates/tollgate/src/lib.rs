@@ -22,6 +22,7 @@ mod batched;
 mod breaker;
 mod clock;
 mod concurrency;
+mod counters;
 mod huge;
 mod keyed;
 mod limiter;

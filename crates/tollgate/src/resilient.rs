@@ -55,13 +55,14 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::RwLock;
 use tollgate_core::{Decision, Lease, RetryAfter};
 
+use crate::counters::counters;
 use crate::{
     Backend, BackendError, Breaker, BreakerConfig, Clock, Limit, Limiter, MonotonicClock, Policy,
     Quota,
@@ -122,31 +123,22 @@ impl Default for FailurePolicy {
     }
 }
 
-/// Counts of what a [`Resilient`] did since it was built.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ResilienceStats {
-    /// Calls that reached the store.
-    pub store_calls: u64,
-    /// Of those, the ones that failed (or missed their deadline).
-    pub store_failures: u64,
-    /// Calls refused by the open breaker without reaching the store.
-    pub short_circuited: u64,
-    /// Decisions admitted because the store failed ([`OnStoreError::Open`]).
-    pub failed_open: u64,
-    /// Decisions refused because the store failed ([`OnStoreError::Closed`]).
-    pub failed_closed: u64,
-    /// Decisions made by the in-process fallback.
-    pub fallback: u64,
-}
-
-#[derive(Default)]
-struct Counters {
-    store_calls: AtomicU64,
-    store_failures: AtomicU64,
-    short_circuited: AtomicU64,
-    failed_open: AtomicU64,
-    failed_closed: AtomicU64,
-    fallback: AtomicU64,
+counters! {
+    /// Counts of what a [`Resilient`] did since it was built.
+    pub struct ResilienceStats, kept in Counters {
+        /// Calls that reached the store.
+        store_calls,
+        /// Of those, the ones that failed (or missed their deadline).
+        store_failures,
+        /// Calls refused by the open breaker without reaching the store.
+        short_circuited,
+        /// Decisions admitted because the store failed ([`OnStoreError::Open`]).
+        failed_open,
+        /// Decisions refused because the store failed ([`OnStoreError::Closed`]).
+        failed_closed,
+        /// Decisions made by the in-process fallback.
+        fallback,
+    }
 }
 
 /// A [`Backend`] with a deadline, a circuit breaker and a per-policy
@@ -269,16 +261,7 @@ impl<B: Backend, C: Clock + Clone> Resilient<B, C> {
 
     /// What the layer did so far.
     pub fn stats(&self) -> ResilienceStats {
-        let c = &self.counters;
-        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        ResilienceStats {
-            store_calls: get(&c.store_calls),
-            store_failures: get(&c.store_failures),
-            short_circuited: get(&c.short_circuited),
-            failed_open: get(&c.failed_open),
-            failed_closed: get(&c.failed_closed),
-            fallback: get(&c.fallback),
-        }
+        self.counters.snapshot()
     }
 
     /// The in-process limiter that decides `policy` in
