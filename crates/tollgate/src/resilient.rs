@@ -33,8 +33,17 @@
 //! A [`BackendError::Timeout`] (including the layer's own deadline),
 //! [`BackendError::Unavailable`] or [`BackendError::Store`]: these feed the
 //! breaker and trigger the policy's [`OnStoreError`]. Errors about the
-//! request itself (an invalid key, an unsupported policy, out of range) are
-//! the caller's and pass through unchanged.
+//! request itself (an invalid key, an unsupported policy, out of range) or
+//! the client's configuration (bad credentials, a bad URL) are not the
+//! store failing: they pass through unchanged, so a misconfigured fleet
+//! does not quietly fail open.
+//!
+//! # For an HTTP layer
+//!
+//! Wrap the backend once, with each route's policy given its
+//! [`FailurePolicy`]; an admitted or refused [`Decision`] is answered as
+//! usual (fallback decisions included), and an `Err(e)` with
+//! [`BackendError::is_store_failure`] is the fail-closed case (503).
 //!
 //! # Fallback and the fleet
 //!
