@@ -1,60 +1,6 @@
 //! [`Batched`]: batched reservations over any [`Backend`]. A hot key's
 //! units are leased from the store `batch` at a time in one atomic call
 //! ([`Backend::lease`]) and spent in process with no round trip.
-//!
-//! ```
-//! # async fn demo() -> Result<(), tollgate::BackendError> {
-//! use tollgate::{Algorithm, BatchConfig, Batched, Limit, MemoryBackend, Quota, Store};
-//!
-//! let policy = Limit::new(Algorithm::TokenBucket, Quota::per_second(1000).unwrap());
-//! let config = BatchConfig::default().batch(10).hot_rate(5);
-//! let store = Store::new(policy, Batched::new(MemoryBackend::new(), config))?;
-//! for _ in 0..100 {
-//!     assert!(store.check("hot-key", 1).await?.allowed);
-//! }
-//! // The first requests go to the store one by one; once the key is hot,
-//! // one lease serves ten requests.
-//! assert!(store.backend().stats().store_calls < 30);
-//! store.backend().shutdown().await; // gives back what was not spent
-//! # Ok(()) }
-//! # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(demo()).unwrap();
-//! ```
-//!
-//! # Which keys are leased
-//!
-//! A key becomes hot when it sees at least `hot_rate` requests within one
-//! second (this second or the last), and stays hot while it does. At most
-//! `max_leases` keys hold units at a time; beyond that, and for cold keys,
-//! each request goes to the store. A lease spent down to nothing is
-//! renewed by the next request (the key's other requests wait for it
-//! rather than going to the store); a lease older than `lease_ttl` is refunded
-//! (what is left of it) by the next request for the key, by
-//! [`Batched::refund_expired`], or by [`Batched::shutdown`].
-//!
-//! A lease that grants nothing is a denial: its `retry_after` is kept, and
-//! the key's requests until then are denied in process, without a call.
-//!
-//! # Which algorithms
-//!
-//! The token bucket, GCRA and the leaky meter lease units of their bucket;
-//! the fixed window and the sliding counter lease a slice of the current
-//! window. The sliding log cannot be leased (it needs the time of every
-//! request in one place): [`Backend::validate`] refuses a policy with one.
-//! The leaky queue's admitted requests carry a release delay only the
-//! store can compute, so its keys are always decided by the store.
-//!
-//! # Overshoot
-//!
-//! Units are charged in the store when leased, so they count against the
-//! window in which they were leased. Spent in a later window, they add to
-//! what the store admits there: in any window, the fleet admits at most the
-//! policy's own bound plus `instances * batch` (each instance holds at most
-//! `batch` unspent units of a key). A smaller `lease_ttl` returns idle units
-//! sooner; a smaller `batch` lowers the bound and raises the store's load.
-//!
-//! Decisions spent from a lease are admissions whose `remaining` is the
-//! store's at the time of the lease plus the units still held here, an
-//! estimate: other instances spend too.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -134,8 +80,61 @@ counters! {
     }
 }
 
-/// A [`Backend`] that leases hot keys' units in batches (see the
-/// [module docs](self)).
+/// A [`Backend`] that leases hot keys' units in batches.
+///
+/// ```
+/// # async fn demo() -> Result<(), tollgate::BackendError> {
+/// use tollgate::{Algorithm, BatchConfig, Batched, Limit, MemoryBackend, Quota, Store};
+///
+/// let policy = Limit::new(Algorithm::TokenBucket, Quota::per_second(1000).unwrap());
+/// let config = BatchConfig::default().batch(10).hot_rate(5);
+/// let store = Store::new(policy, Batched::new(MemoryBackend::new(), config))?;
+/// for _ in 0..100 {
+///     assert!(store.check("hot-key", 1).await?.allowed);
+/// }
+/// // The first requests go to the store one by one; once the key is hot,
+/// // one lease serves ten requests.
+/// assert!(store.backend().stats().store_calls < 30);
+/// store.backend().shutdown().await; // gives back what was not spent
+/// # Ok(()) }
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(demo()).unwrap();
+/// ```
+///
+/// # Which keys are leased
+///
+/// A key becomes hot when it sees at least `hot_rate` requests within one
+/// second (this second or the last), and stays hot while it does. At most
+/// `max_leases` keys hold units at a time; beyond that, and for cold keys,
+/// each request goes to the store. A lease spent down to nothing is
+/// renewed by the next request (the key's other requests wait for it
+/// rather than going to the store); a lease older than `lease_ttl` is refunded
+/// (what is left of it) by the next request for the key, by
+/// [`Batched::refund_expired`], or by [`Batched::shutdown`].
+///
+/// A lease that grants nothing is a denial: its `retry_after` is kept, and
+/// the key's requests until then are denied in process, without a call.
+///
+/// # Which algorithms
+///
+/// The token bucket, GCRA and the leaky meter lease units of their bucket;
+/// the fixed window and the sliding counter lease a slice of the current
+/// window. The sliding log cannot be leased (it needs the time of every
+/// request in one place): [`Backend::validate`] refuses a policy with one.
+/// The leaky queue's admitted requests carry a release delay only the
+/// store can compute, so its keys are always decided by the store.
+///
+/// # Overshoot
+///
+/// Units are charged in the store when leased, so they count against the
+/// window in which they were leased. Spent in a later window, they add to
+/// what the store admits there: in any window, the fleet admits at most the
+/// policy's own bound plus `instances * batch` (each instance holds at most
+/// `batch` unspent units of a key). A smaller `lease_ttl` returns idle units
+/// sooner; a smaller `batch` lowers the bound and raises the store's load.
+///
+/// Decisions spent from a lease are admissions whose `remaining` is the
+/// store's at the time of the lease plus the units still held here, an
+/// estimate: other instances spend too.
 pub struct Batched<B, C = MonotonicClock> {
     backend: B,
     config: BatchConfig,
@@ -430,7 +429,7 @@ fn refused(limit: u64) -> Decision {
     }
 }
 
-/// Whether `policy`'s keys can be leased at all (see the module docs).
+/// Whether `policy`'s keys can be leased at all (see the [`Batched`] docs).
 fn leasable(policy: &Policy) -> bool {
     policy
         .limits()

@@ -1,27 +1,4 @@
 //! [`Breaker`]: a circuit breaker that stops calling a failing store.
-//!
-//! Closed, it lets every call through and watches outcomes; it opens after
-//! `consecutive` failures in a row, or when at least `min_calls` calls in
-//! the last `window` failed at a ratio of `ratio` or more. Open, it refuses
-//! every call without touching the store (one atomic load and one clock
-//! read) for `open_for`; then it half-opens and lets `probes` calls
-//! through: all succeed and it closes, one fails and it opens again.
-//!
-//! ```
-//! use std::time::Duration;
-//! use tollgate::{Breaker, BreakerConfig, BreakerState, FakeClock};
-//!
-//! let clock = FakeClock::new();
-//! let breaker = Breaker::new("redis", BreakerConfig::default().consecutive(2), clock.clone());
-//! for _ in 0..2 {
-//!     let permit = breaker.try_call().unwrap();
-//!     breaker.record(permit, false);
-//! }
-//! assert_eq!(breaker.state(), BreakerState::Open);
-//! assert!(breaker.try_call().is_none(), "open: the store is not called");
-//! clock.advance(Duration::from_secs(1));
-//! assert!(breaker.try_call().is_some(), "half-open: a probe goes through");
-//! ```
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -121,11 +98,34 @@ pub struct CallPermit {
 /// leave it a slot at a time rather than all at once.
 const WINDOW_SLOTS: u64 = 10;
 
-/// A circuit breaker for one store (see the [module docs](self)).
+/// A circuit breaker for one store.
 ///
 /// State changes are logged with `tracing` (target `tollgate::breaker`) and
 /// counted in the `metrics` counter `tollgate_breaker_transitions_total`
 /// with labels `store` and `to`.
+///
+/// Closed, it lets every call through and watches outcomes; it opens after
+/// `consecutive` failures in a row, or when at least `min_calls` calls in
+/// the last `window` failed at a ratio of `ratio` or more. Open, it refuses
+/// every call without touching the store (one atomic load and one clock
+/// read) for `open_for`; then it half-opens and lets `probes` calls
+/// through: all succeed and it closes, one fails and it opens again.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{Breaker, BreakerConfig, BreakerState, FakeClock};
+///
+/// let clock = FakeClock::new();
+/// let breaker = Breaker::new("redis", BreakerConfig::default().consecutive(2), clock.clone());
+/// for _ in 0..2 {
+///     let permit = breaker.try_call().unwrap();
+///     breaker.record(permit, false);
+/// }
+/// assert_eq!(breaker.state(), BreakerState::Open);
+/// assert!(breaker.try_call().is_none(), "open: the store is not called");
+/// clock.advance(Duration::from_secs(1));
+/// assert!(breaker.try_call().is_some(), "half-open: a probe goes through");
+/// ```
 pub struct Breaker<C> {
     name: String,
     config: BreakerConfig,

@@ -1,66 +1,5 @@
 //! [`Resilient`]: any [`Backend`] with a deadline on every call, a circuit
 //! breaker, and a chosen behaviour per policy when the store fails.
-//!
-//! It is itself a [`Backend`], so it drops in wherever a store goes (a
-//! [`Store`](crate::Store), the HTTP layer, the server):
-//!
-//! ```
-//! # async fn demo() -> Result<(), tollgate::BackendError> {
-//! use std::time::Duration;
-//! use tollgate::{
-//!     Algorithm, FailurePolicy, Limit, MemoryBackend, OnStoreError, Quota, Resilient, Store,
-//! };
-//!
-//! let login = Limit::new(Algorithm::SlidingLog, Quota::per_minute(5).unwrap());
-//! let api = Limit::new(Algorithm::Gcra, Quota::per_second(100).unwrap());
-//! let backend = Resilient::builder(MemoryBackend::new()) // RedisBackend in production
-//!     .name("redis-main")
-//!     // By default: admit when the store fails, within 50 ms.
-//!     .default_policy(FailurePolicy::new(OnStoreError::Open))
-//!     // Logins: refuse (503) rather than let an attacker through.
-//!     .policy(login, FailurePolicy::new(OnStoreError::Closed).deadline(Duration::from_millis(20)))
-//!     // The API: this instance's share of the limit, in process.
-//!     .policy(api, FailurePolicy::new(OnStoreError::Fallback { instances: 4 }))
-//!     .build();
-//! let store = Store::new(api, backend)?;
-//! assert!(store.check("user-1", 1).await?.allowed);
-//! # Ok(()) }
-//! # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(demo()).unwrap();
-//! ```
-//!
-//! # What counts as a store failure
-//!
-//! A [`BackendError::Timeout`] (including the layer's own deadline),
-//! [`BackendError::Unavailable`] or [`BackendError::Store`]: these feed the
-//! breaker and trigger the policy's [`OnStoreError`]. Errors about the
-//! request itself (an invalid key, an unsupported policy, out of range) or
-//! the client's configuration (bad credentials, a bad URL) are not the
-//! store failing: they pass through unchanged, so a misconfigured fleet
-//! does not quietly fail open.
-//!
-//! # For an HTTP layer
-//!
-//! Wrap the backend once, with each route's policy given its
-//! [`FailurePolicy`]; an admitted or refused [`Decision`] is answered as
-//! usual (fallback decisions included), and an `Err(e)` with
-//! [`BackendError::is_store_failure`] is the fail-closed case (503).
-//!
-//! # Fallback and the fleet
-//!
-//! In [`OnStoreError::Fallback`] each instance decides alone, in a
-//! [`Limiter`] whose quota is the policy's divided by `instances` (limit and
-//! burst each floored, at least 1). While the store is down, the fleet as a
-//! whole admits at most `instances * max(1, limit / instances)` per window,
-//! which is at most the limit when `instances <= limit` (and `instances`
-//! per window otherwise). Load spread unevenly across instances is held to
-//! less than the limit, since an idle instance's share goes unused.
-//!
-//! When the store answers again, decisions go back to it at once; what was
-//! spent in the fallback is not copied to the store. So in the window when
-//! the store returns, a key may be admitted up to its limit again by the
-//! store on top of what the fallbacks admitted: at most twice the limit
-//! over that one window. The fallback's own state is kept (and expires as
-//! usual), so a second outage in the same window continues from it.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -90,7 +29,7 @@ pub enum OnStoreError {
     /// answers with 503.
     Closed,
     /// Decide in process with this instance's share of the quota (see the
-    /// [module docs](self#fallback-and-the-fleet)); `instances` is the
+    /// [`Resilient`] docs on the fleet); `instances` is the
     /// number of instances sharing the store (0 counts as 1).
     Fallback {
         /// Instances sharing the store's quota.
@@ -151,8 +90,69 @@ counters! {
 }
 
 /// A [`Backend`] with a deadline, a circuit breaker and a per-policy
-/// [`OnStoreError`] (see the [module docs](self)); build it with
+/// [`OnStoreError`]; build it with
 /// [`Resilient::builder`].
+///
+/// It is itself a [`Backend`], so it drops in wherever a store goes (a
+/// [`Store`](crate::Store), the HTTP layer, the server):
+///
+/// ```
+/// # async fn demo() -> Result<(), tollgate::BackendError> {
+/// use std::time::Duration;
+/// use tollgate::{
+///     Algorithm, FailurePolicy, Limit, MemoryBackend, OnStoreError, Quota, Resilient, Store,
+/// };
+///
+/// let login = Limit::new(Algorithm::SlidingLog, Quota::per_minute(5).unwrap());
+/// let api = Limit::new(Algorithm::Gcra, Quota::per_second(100).unwrap());
+/// let backend = Resilient::builder(MemoryBackend::new()) // RedisBackend in production
+///     .name("redis-main")
+///     // By default: admit when the store fails, within 50 ms.
+///     .default_policy(FailurePolicy::new(OnStoreError::Open))
+///     // Logins: refuse (503) rather than let an attacker through.
+///     .policy(login, FailurePolicy::new(OnStoreError::Closed).deadline(Duration::from_millis(20)))
+///     // The API: this instance's share of the limit, in process.
+///     .policy(api, FailurePolicy::new(OnStoreError::Fallback { instances: 4 }))
+///     .build();
+/// let store = Store::new(api, backend)?;
+/// assert!(store.check("user-1", 1).await?.allowed);
+/// # Ok(()) }
+/// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(demo()).unwrap();
+/// ```
+///
+/// # What counts as a store failure
+///
+/// A [`BackendError::Timeout`] (including the layer's own deadline),
+/// [`BackendError::Unavailable`] or [`BackendError::Store`]: these feed the
+/// breaker and trigger the policy's [`OnStoreError`]. Errors about the
+/// request itself (an invalid key, an unsupported policy, out of range) or
+/// the client's configuration (bad credentials, a bad URL) are not the
+/// store failing: they pass through unchanged, so a misconfigured fleet
+/// does not quietly fail open.
+///
+/// # For an HTTP layer
+///
+/// Wrap the backend once, with each route's policy given its
+/// [`FailurePolicy`]; an admitted or refused [`Decision`] is answered as
+/// usual (fallback decisions included), and an `Err(e)` with
+/// [`BackendError::is_store_failure`] is the fail-closed case (503).
+///
+/// # Fallback and the fleet
+///
+/// In [`OnStoreError::Fallback`] each instance decides alone, in a
+/// [`Limiter`] whose quota is the policy's divided by `instances` (limit and
+/// burst each floored, at least 1). While the store is down, the fleet as a
+/// whole admits at most `instances * max(1, limit / instances)` per window,
+/// which is at most the limit when `instances <= limit` (and `instances`
+/// per window otherwise). Load spread unevenly across instances is held to
+/// less than the limit, since an idle instance's share goes unused.
+///
+/// When the store answers again, decisions go back to it at once; what was
+/// spent in the fallback is not copied to the store. So in the window when
+/// the store returns, a key may be admitted up to its limit again by the
+/// store on top of what the fallbacks admitted: at most twice the limit
+/// over that one window. The fallback's own state is kept (and expires as
+/// usual), so a second outage in the same window continues from it.
 pub struct Resilient<B, C = MonotonicClock> {
     backend: B,
     breaker: Breaker<C>,
