@@ -79,9 +79,39 @@ pub fn parse_duration(text: &str) -> Result<u64, DurationError> {
         .ok_or_else(|| DurationError::Overflow(text.to_string()))
 }
 
+/// Writes `ns` in the largest unit that divides it exactly, the inverse of
+/// [`parse_duration`]: `50000000` → `50ms`, `90000000000` → `90s`.
+pub fn format_duration(ns: u64) -> String {
+    let (unit, scale) = UNITS
+        .iter()
+        .rev()
+        .find(|&&(_, scale)| ns % scale == 0)
+        .copied()
+        .unwrap_or(UNITS[0]);
+    format!("{}{unit}", ns / scale)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn formatting_picks_the_largest_exact_unit_and_parses_back() {
+        let cases = [
+            (0, "0d"),
+            (1, "1ns"),
+            (50_000_000, "50ms"),
+            (1_500_000_000, "1500ms"),
+            (90_000_000_000, "90s"),
+            (120_000_000_000, "2m"),
+            (86_400_000_000_000, "1d"),
+            (u64::MAX, "18446744073709551615ns"),
+        ];
+        for (ns, text) in cases {
+            assert_eq!(format_duration(ns), text);
+            assert_eq!(parse_duration(text), Ok(ns));
+        }
+    }
 
     #[test]
     fn every_unit_scales_exactly() {

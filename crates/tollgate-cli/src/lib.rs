@@ -1,7 +1,9 @@
 //! The engine behind the `tollgate` command, as a library so that benches
 //! and other front ends can call it without spawning a process.
 
-pub mod atomic_file;
 pub mod duration;
+pub mod escape;
+pub mod output_file;
 pub mod rule_args;
+pub mod temp_cleanup;
 pub mod trace;

@@ -5,15 +5,21 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use failure::Failure;
 
 mod check;
+mod failure;
 mod replay;
 mod simulate;
 mod store;
+mod timeout;
 
 /// Exact rate limiting: replay traces through any of the seven algorithms.
 #[derive(Parser)]
-#[command(name = "tollgate", version, about)]
+// Plain: clap strips escape sequences from styled text, user input included,
+// so a message would quote something other than what was typed; unstyled,
+// the input reaches `report_clap` as typed and is escaped there.
+#[command(name = "tollgate", version, about, styles = clap::builder::Styles::plain())]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -31,17 +37,18 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) => return failure::report_clap(error),
+    };
     let result = match cli.command {
-        Command::Replay(args) => replay::run(args),
-        Command::Simulate(args) => simulate::run(args),
+        Command::Replay(args) => replay::run(args)
+            .map(|()| ExitCode::SUCCESS)
+            .map_err(Failure::from),
+        Command::Simulate(args) => simulate::run(args)
+            .map(|()| ExitCode::SUCCESS)
+            .map_err(Failure::from),
         Command::Check(args) => check::run(args),
     };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(err) => {
-            eprintln!("tollgate: {err:#}");
-            ExitCode::FAILURE
-        }
-    }
+    result.unwrap_or_else(Failure::report)
 }

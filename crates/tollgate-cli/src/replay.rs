@@ -5,10 +5,12 @@ use std::io::{self, BufReader, BufWriter};
 use std::path::PathBuf;
 
 use anyhow::Context;
-use tollgate_cli::atomic_file::AtomicFile;
+use tollgate_cli::output_file::OutputFile;
 use tollgate_cli::rule_args::RuleArgs;
 use tollgate_cli::trace;
 use tollgate_core::Limit;
+
+use crate::timeout::Timeout;
 
 /// Big enough that reads and writes are rare next to the parsing.
 const IO_BUFFER_BYTES: usize = 256 * 1024;
@@ -25,8 +27,10 @@ pub struct Args {
     /// The trace to read; standard input when absent.
     #[arg(long, value_name = "FILE")]
     input: Option<PathBuf>,
-    /// Where to write the decisions; standard output when absent. Written
-    /// in full or not at all.
+    /// Where to write the decisions; standard output when absent. A regular
+    /// file (or a symbolic link's target) is replaced in one step once the
+    /// run succeeded, keeping its permissions; a FIFO or device is written
+    /// directly, as it goes.
     #[arg(long, value_name = "FILE")]
     output: Option<PathBuf>,
     /// Replay through a shared store instead of in process, with the trace's
@@ -34,17 +38,20 @@ pub struct Args {
     /// Times must be whole microseconds; durations are rounded up to one.
     #[arg(long, value_name = "URL")]
     store: Option<String>,
+    #[command(flatten)]
+    timeout: Timeout,
 }
 
 /// Through the store when `--store` is given, else in process.
 fn replay_through<W: std::io::Write>(
     store: Option<&str>,
+    timeout: &Timeout,
     rule: Limit,
     input: impl io::BufRead,
     output: W,
 ) -> anyhow::Result<()> {
     match store {
-        Some(url) => crate::store::replay(url, rule, input, output).map(drop),
+        Some(url) => crate::store::replay(url, rule, timeout.duration(), input, output).map(drop),
         None => trace::replay(rule, input, output)
             .map(drop)
             .map_err(Into::into),
@@ -67,10 +74,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 
     match &args.output {
         Some(path) => {
-            let mut file = AtomicFile::create(path)
+            let mut file = OutputFile::create(path)
                 .with_context(|| format!("cannot create `{}`", path.display()))?;
             replay_through(
                 args.store.as_deref(),
+                &args.timeout,
                 rule,
                 input,
                 BufWriter::with_capacity(IO_BUFFER_BYTES, &mut file),
@@ -82,6 +90,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             let stdout = io::stdout();
             replay_through(
                 args.store.as_deref(),
+                &args.timeout,
                 rule,
                 input,
                 BufWriter::with_capacity(IO_BUFFER_BYTES, stdout.lock()),

@@ -12,12 +12,13 @@ use tollgate_core::Limit;
 use tollgate_redis::exact::{self, MAX_TIME_US};
 use tollgate_redis::{redact, RedisBackend, RedisConfig, CLUSTER_SCHEME};
 
-/// Deadline of each store call from the command line: a one-off command can
-/// wait longer than a service on its request path would.
-const CLI_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// A runtime and a connected backend for `url` under `prefix`.
-pub fn connect(url: &str, prefix: &str) -> anyhow::Result<(Runtime, RedisBackend)> {
+/// A runtime and a connected backend for `url` under `prefix`, each call
+/// bounded by `timeout`.
+pub fn connect(
+    url: &str,
+    prefix: &str,
+    timeout: Duration,
+) -> anyhow::Result<(Runtime, RedisBackend)> {
     let supported = ["redis://", "rediss://", "unix://", CLUSTER_SCHEME];
     // Shown without its credentials, wherever it is shown.
     let shown = redact(url);
@@ -31,10 +32,7 @@ pub fn connect(url: &str, prefix: &str) -> anyhow::Result<(Runtime, RedisBackend
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    let config = RedisConfig::new(url)
-        .prefix(prefix)
-        .timeout(CLI_TIMEOUT)
-        .connect_timeout(CLI_TIMEOUT);
+    let config = RedisConfig::new(url).prefix(prefix).timeout(timeout);
     let backend = runtime
         .block_on(config.connect())
         .with_context(|| format!("cannot use the store `{shown}`"))?;
@@ -55,6 +53,7 @@ pub fn connect(url: &str, prefix: &str) -> anyhow::Result<(Runtime, RedisBackend
 pub fn replay<R: BufRead, W: Write>(
     url: &str,
     rule: Limit,
+    timeout: Duration,
     input: R,
     output: W,
 ) -> anyhow::Result<Summary> {
@@ -62,7 +61,7 @@ pub fn replay<R: BufRead, W: Write>(
     let unit = exact::encode(&rule)?.time_unit_us();
     let run = SystemTime::now().duration_since(UNIX_EPOCH)?.as_nanos();
     let prefix = format!("tollgate:replay:{}-{run}:", std::process::id());
-    let (runtime, backend) = connect(url, &prefix)?;
+    let (runtime, backend) = connect(url, &prefix, timeout)?;
     let mut base = None;
     let summary = trace::replay_with(input, output, |key, t_ns, cost| {
         if t_ns % 1000 != 0 {

@@ -1,5 +1,5 @@
 //! The replay engine: streams a CSV trace of requests through one rule and
-//! writes one decision line per request (`SPEC.md`, "Trace format").
+//! writes one decision line per request (`docs/SEMANTICS.md`, "Trace format").
 //!
 //! Input is read line by line into one reused buffer and output goes through
 //! the caller's writer, so memory is bounded by the longest line plus the
@@ -11,6 +11,8 @@ use std::fmt;
 use std::io::{self, BufRead, Read, Write};
 
 use tollgate_core::{Decision, Limit, RetryAfter, State};
+
+use crate::escape::escape_controls;
 
 /// The header every trace starts with.
 pub const INPUT_HEADER: &str = "t_ns,key,cost";
@@ -124,8 +126,9 @@ impl fmt::Display for LineProblem {
 impl fmt::Display for ReplayError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ReplayError::Read(e) => write!(f, "reading the trace: {e}"),
-            ReplayError::Write(e) => write!(f, "writing the decisions: {e}"),
+            // The io::Error is the source, printed by whoever walks the chain.
+            ReplayError::Read(_) => f.write_str("reading the trace"),
+            ReplayError::Write(_) => f.write_str("writing the decisions"),
             ReplayError::EmptyInput => {
                 write!(f, "empty input: expected the header `{INPUT_HEADER}`")
             }
@@ -314,14 +317,16 @@ fn integer_problem(field: &'static str, text: &[u8]) -> LineProblem {
     }
 }
 
-/// Field text for an error message: lossy UTF-8, cut to a readable length.
+/// Field text for an error message: lossy UTF-8, cut to a readable length,
+/// control characters escaped.
 fn shorten(text: &[u8]) -> String {
     const SHOWN: usize = 40;
     let text = String::from_utf8_lossy(text);
-    match text.char_indices().nth(SHOWN) {
+    let text = match text.char_indices().nth(SHOWN) {
         Some((cut, _)) => format!("{}…", &text[..cut]),
         None => text.into_owned(),
-    }
+    };
+    escape_controls(&text).into_owned()
 }
 
 /// Writes the request line as read, then the decision's columns.

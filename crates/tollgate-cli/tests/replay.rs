@@ -1,10 +1,11 @@
 //! `tollgate replay` end to end: the built binary on small traces.
 
 use std::fs;
-use std::path::Path;
 use std::process::Output;
 
 mod common;
+
+use common::entries;
 
 const S: u64 = 1_000_000_000;
 const MS: u64 = 1_000_000;
@@ -134,6 +135,46 @@ fn leaky_queue_reports_each_release_delay() {
     assert_eq!(admitted[0].delay_ns, 0);
     assert!(rows.iter().all(|r| r.allowed || r.delay_ns == 0));
     assert!(rows.iter().all(|r| r.allowed == (r.retry_after_ns == 0)));
+}
+
+/// Burst 0: no queue for the shaper (a request is served only when the
+/// drain is free, never delayed), ignored by the windows.
+#[test]
+fn burst_zero_means_no_queue_and_is_ignored_by_the_windows() {
+    let input = trace([
+        (0, "k", 1),
+        (0, "k", 1),
+        (500 * MS, "k", 1),
+        (S, "k", 1),
+        (S, "k", 2),
+    ]);
+    let queue = |burst: &'static str| {
+        let args = [
+            "--algorithm",
+            "leaky_queue",
+            "--limit",
+            "1",
+            "--period",
+            "1s",
+            "--burst",
+            burst,
+        ];
+        rows(&replay(&args, &input))
+    };
+    let none = queue("0");
+    let allowed: Vec<bool> = none.iter().map(|r| r.allowed).collect();
+    assert_eq!(allowed, [true, false, false, true, false]);
+    assert!(none.iter().all(|r| r.delay_ns == 0));
+    assert_eq!(none[2].retry_after_ns, 500_000_000);
+    assert_eq!(none[4].retry_after_ns, -1);
+    // With a queue of one, the second request waits instead.
+    assert_eq!(queue("1")[1].delay_ns, S);
+
+    for algorithm in ["fixed_window", "sliding_log", "sliding_counter"] {
+        let args = ["--algorithm", algorithm, "--limit", "2", "--period", "1s"];
+        let with_zero = replay(&[&args[..], &["--burst", "0"]].concat(), &input);
+        assert_eq!(with_zero, replay(&args, &input), "{algorithm}");
+    }
 }
 
 #[test]
@@ -271,15 +312,6 @@ fn assert_fails(args: &[&str], stdin: &str, code: i32, message: &str) {
     assert_eq!(entries(dir.path()), ["kept.csv"], "{args:?} left a file");
 }
 
-fn entries(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
-    names
-}
-
 const GCRA: [&str; 6] = ["--algorithm", "gcra", "--limit", "10", "--period", "1s"];
 
 #[test]
@@ -372,7 +404,12 @@ fn bad_flags_are_refused_before_reading() {
     for (limit, period, burst, message) in [
         ("0", "1s", "1", "invalid quota: limit must be at least 1"),
         ("1", "0s", "1", "invalid quota: period must be at least 1ns"),
-        ("1", "1s", "0", "invalid quota: burst must be at least 1"),
+        (
+            "1",
+            "1s",
+            "0",
+            "invalid quota: --burst 0 has no meaning for token_bucket: a bucket of capacity 0",
+        ),
         (
             "1000000000001",
             "1s",

@@ -48,13 +48,18 @@ fn ceil_us(ns: &str) -> String {
 }
 
 /// `trace` (any bytes, read from a file) replayed in process and through
-/// `server`, every algorithm, line for line: the same decisions, durations
-/// rounded up to the microsecond.
+/// `server`, every algorithm with a burst of 3, and burst 0 where it is
+/// accepted (no queue for the shaper, ignored by a window), line for line:
+/// the same decisions, durations rounded up to the microsecond.
 fn store_replay_matches_in_process(server: &RedisServer, trace: &[u8]) {
     let input = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(input.path(), trace).unwrap();
     let input = input.path().to_str().unwrap();
-    for algorithm in Algorithm::ALL {
+    let rules = Algorithm::ALL
+        .map(|a| (a, "3"))
+        .into_iter()
+        .chain([(Algorithm::LeakyQueue, "0"), (Algorithm::FixedWindow, "0")]);
+    for (algorithm, burst) in rules {
         let args = [
             "replay",
             "--algorithm",
@@ -64,7 +69,7 @@ fn store_replay_matches_in_process(server: &RedisServer, trace: &[u8]) {
             "--period",
             "999999937ns",
             "--burst",
-            "3",
+            burst,
             "--input",
             input,
         ];
@@ -87,6 +92,20 @@ fn store_replay_matches_in_process(server: &RedisServer, trace: &[u8]) {
             stored
         );
     }
+}
+
+/// `tollgate check` on `url` with `rule` flags, for `key` at `cost`.
+fn check(url: &str, rule: &[&str], cost: &str, key: &str) -> std::process::Output {
+    let args = [&["check", "--store", url][..], rule, &["--cost", cost, key]].concat();
+    common::run(&args, "")
+}
+
+/// The JSON of a check that exited with `status`.
+fn json(out: std::process::Output, status: i32) -> String {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(status), "{stderr}");
+    assert!(stderr.is_empty(), "{stderr}");
+    String::from_utf8(out.stdout).unwrap()
 }
 
 #[test]
@@ -155,35 +174,119 @@ fn check_prints_one_json_decision_on_a_server_and_a_cluster() {
     }
     let server = RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
     let cluster = RedisCluster::start().unwrap_or_else(|e| panic!("{e}"));
+    let gcra = ["--algorithm", "gcra", "--limit", "2", "--period", "1h"];
     for url in [server.url(), cluster.url()] {
-        let check = |cost: &str| {
-            let args = [
-                "check",
-                "--store",
-                &url,
-                "--algorithm",
-                "gcra",
-                "--limit",
-                "2",
-                "--period",
-                "1h",
-                "--cost",
-                cost,
-                "user-1",
-            ];
-            tollgate(&args, "")
-        };
-        let first = check("1");
-        assert!(
-            first
-                .starts_with("{\"allowed\":true,\"limit\":2,\"remaining\":1,\"retry_after_ms\":0,"),
-            "{first}"
+        let first = json(check(&url, &gcra, "1", "user-1"), 0);
+        assert_eq!(
+            first,
+            "{\"allowed\":true,\"limit\":2,\"period_ns\":3600000000000,\"burst\":2,\
+             \"capacity\":2,\"remaining\":1,\"retry_after_ms\":0,\"reset_after_ms\":1800000,\
+             \"delay_ms\":0}\n"
         );
-        assert!(check("1").contains("\"remaining\":0"));
-        let denied = check("1");
+        assert!(json(check(&url, &gcra, "1", "user-1"), 0).contains("\"remaining\":0"));
+        let denied = json(check(&url, &gcra, "1", "user-1"), 1);
         assert!(denied.contains("\"allowed\":false"), "{denied}");
-        assert!(check("3").contains("\"retry_after_ms\":-1"));
+        assert!(json(check(&url, &gcra, "3", "user-1"), 1).contains("\"retry_after_ms\":-1"));
     }
+}
+
+#[test]
+fn check_reports_the_quota_as_given_and_the_capacity_by_name() {
+    if skip_requested() {
+        return;
+    }
+    let server = RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
+    let url = server.url();
+    let rule = |algorithm| {
+        [
+            "--algorithm",
+            algorithm,
+            "--limit",
+            "100",
+            "--period",
+            "1m",
+            "--burst",
+            "10",
+        ]
+    };
+    let cases = [
+        ("gcra", "\"burst\":10,\"capacity\":10,"),
+        ("leaky_queue", "\"burst\":10,\"capacity\":11,"),
+        ("sliding_log", "\"burst\":null,\"capacity\":100,"),
+    ];
+    for (algorithm, numbers) in cases {
+        let out = json(check(&url, &rule(algorithm), "0", "k"), 0);
+        let quota = "{\"allowed\":true,\"limit\":100,\"period_ns\":60000000000,";
+        assert!(out.starts_with(quota), "{out}");
+        assert!(out.contains(numbers), "{algorithm}: {out}");
+    }
+}
+
+/// Three requests at once, 1 a minute with a queue of 2: served now, in a
+/// minute and in two, as `replay` says; the fourth does not fit.
+#[test]
+fn check_reports_the_leaky_queue_delay() {
+    if skip_requested() {
+        return;
+    }
+    let server = RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
+    let rule = [
+        "--algorithm",
+        "leaky_queue",
+        "--limit",
+        "1",
+        "--period",
+        "1m",
+        "--burst",
+        "2",
+    ];
+    let delays: Vec<String> = (0..3)
+        .map(|_| json(check(&server.url(), &rule, "1", "q"), 0))
+        .collect();
+    // The store's clock moves between calls, so a later call waits a few
+    // microseconds less, never more, than a whole number of minutes.
+    for (n, out) in delays.iter().enumerate() {
+        let delay: u64 = out
+            .split("\"delay_ms\":")
+            .nth(1)
+            .unwrap()
+            .trim_end_matches(['}', '\n'])
+            .parse()
+            .unwrap();
+        let minutes = n as u64 * 60_000;
+        assert!(
+            delay <= minutes && delay + 1_000 > minutes,
+            "call {n}: {out}"
+        );
+    }
+    assert!(json(check(&server.url(), &rule, "1", "q"), 1).contains("\"allowed\":false"));
+}
+
+#[test]
+fn check_exit_status_tells_usage_errors_from_store_failures() {
+    let gcra = ["--algorithm", "gcra", "--limit", "2", "--period", "1h"];
+    // Nothing listens on a port just released.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let closed = format!("redis://127.0.0.1:{port}");
+    let out = check(&closed, &gcra, "1", "k");
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    assert!(out.stdout.is_empty());
+    let bad_quota = ["--algorithm", "gcra", "--limit", "0", "--period", "1h"];
+    let out = check(&closed, &bad_quota, "1", "k");
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let out = check("http://127.0.0.1:1", &gcra, "1", "k");
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let out = check(
+        &closed,
+        &[&gcra[..], &["--timeout", "0s"]].concat(),
+        "1",
+        "k",
+    );
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
 }
 
 /// A store URL's password never reaches the output, whatever goes wrong.

@@ -1,7 +1,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-/// The seven rate-limiting algorithms of `SPEC.md`.
+/// The seven rate-limiting algorithms of `docs/SEMANTICS.md`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Algorithm {
     /// Counter per aligned window of `period`.

@@ -21,7 +21,7 @@ impl RetryAfter {
     }
 }
 
-/// The outcome of one request, with the numbers a client needs (`SPEC.md`).
+/// The outcome of one request, with the numbers a client needs (`docs/SEMANTICS.md`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Decision {
     /// Whether the request was admitted (and charged).

@@ -1,6 +1,6 @@
 //! The exact decision core of tollgate.
 //!
-//! Every rate-limiting algorithm of `SPEC.md` as a pure function of
+//! Every rate-limiting algorithm of `docs/SEMANTICS.md` as a pure function of
 //! (per-key state, quota, now, cost): no I/O, no clock reads and no floating
 //! point. Time is an input, a `u64` count of nanoseconds on the caller's clock.
 //!

@@ -10,7 +10,11 @@ use crate::Algorithm;
 /// comfortably in `u128` and every reported duration fits in a `u64` of
 /// nanoseconds. The supported range:
 ///
-/// - `limit` and `burst`: 1 to [`Quota::MAX_LIMIT`] (10^12);
+/// - `limit`: 1 to [`Quota::MAX_LIMIT`] (10^12);
+/// - `burst`: 0 to [`Quota::MAX_LIMIT`]. 0 means no queue for
+///   [`Algorithm::LeakyQueue`] (one request served at a time, none waiting:
+///   nginx's default); the windows ignore `burst`; a bucket of capacity 0
+///   admits no request that costs anything;
 /// - `period`: 1 ns to [`Quota::MAX_SPAN_NS`] (2^62 ns, about 146 years);
 /// - the time to refill a whole burst, `burst * period / limit`, at most
 ///   [`Quota::MAX_SPAN_NS`] as well.
@@ -33,8 +37,6 @@ pub enum QuotaError {
     ZeroLimit,
     /// `period` was 0.
     ZeroPeriod,
-    /// `burst` was 0.
-    ZeroBurst,
     /// `limit` above [`Quota::MAX_LIMIT`].
     LimitTooLarge(u64),
     /// `burst` above [`Quota::MAX_LIMIT`].
@@ -57,7 +59,6 @@ impl fmt::Display for QuotaError {
         match *self {
             QuotaError::ZeroLimit => f.write_str("limit must be at least 1"),
             QuotaError::ZeroPeriod => f.write_str("period must be at least 1ns"),
-            QuotaError::ZeroBurst => f.write_str("burst must be at least 1"),
             QuotaError::LimitTooLarge(v) => {
                 write!(
                     f,
@@ -134,9 +135,6 @@ impl Quota {
         let Some(nonzero_period) = NonZeroU64::new(period_ns) else {
             return Err(QuotaError::ZeroPeriod);
         };
-        if burst == 0 {
-            return Err(QuotaError::ZeroBurst);
-        }
         if limit > Self::MAX_LIMIT {
             return Err(QuotaError::LimitTooLarge(limit));
         }
@@ -173,7 +171,8 @@ impl Quota {
         self.period.get()
     }
 
-    /// Bucket capacity in cost units (defaults to `limit`).
+    /// Bucket capacity in cost units, or the queue's length (defaults to
+    /// `limit`; may be 0).
     pub const fn burst(&self) -> u64 {
         self.burst
     }
@@ -251,7 +250,6 @@ mod tests {
     fn zero_values_are_refused() {
         assert_eq!(Quota::new(0, 1), Err(QuotaError::ZeroLimit));
         assert_eq!(Quota::new(1, 0), Err(QuotaError::ZeroPeriod));
-        assert_eq!(Quota::with_parts(1, 1, 0), Err(QuotaError::ZeroBurst));
     }
 
     #[test]
@@ -274,7 +272,6 @@ mod tests {
         for e in [
             QuotaError::ZeroLimit,
             QuotaError::ZeroPeriod,
-            QuotaError::ZeroBurst,
             QuotaError::LimitTooLarge(big),
             QuotaError::BurstTooLarge(big),
             QuotaError::PeriodTooLong(u64::MAX),

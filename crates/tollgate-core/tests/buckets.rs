@@ -6,7 +6,7 @@ mod common;
 
 use common::{admitted, monotone_shape, quota, shape};
 use proptest::prelude::*;
-use tollgate_core::{Algorithm, State};
+use tollgate_core::{Algorithm, RetryAfter, State};
 
 const FAMILY: [Algorithm; 3] = [
     Algorithm::TokenBucket,
@@ -29,6 +29,23 @@ fn identical_decisions(
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// A bucket of capacity 0 holds nothing: every request that costs
+    /// anything can never fit, and peeks see nothing remaining.
+    #[test]
+    fn an_empty_bucket_admits_only_peeks(quota in quota(), shape in shape(30)) {
+        let quota = quota.with_burst(0).unwrap();
+        for algorithm in FAMILY {
+            let mut key = State::new(algorithm, &quota);
+            for (t, c) in shape.resolve(&quota) {
+                let d = key.decide(&quota, t, c);
+                prop_assert_eq!(d.allowed, c == 0);
+                prop_assert_eq!(d.remaining, 0);
+                let never = if c == 0 { RetryAfter::Now } else { RetryAfter::Never };
+                prop_assert_eq!(d.retry_after, never);
+            }
+        }
+    }
 
     #[test]
     fn family_agrees_on_forward_traces(quota in quota(), shape in monotone_shape(60)) {

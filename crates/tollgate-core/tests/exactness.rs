@@ -1,4 +1,4 @@
-//! SPEC's reported numbers are exact, probed through the core itself: a
+//! The reported numbers of docs/SEMANTICS.md are exact, probed through the core itself: a
 //! denied request's `retry_after` is the first instant it fits, `remaining`
 //! the largest cost that fits now, `reset_after` the first instant the key is
 //! idle, and `never` exactly when the cost exceeds the capacity.

@@ -11,6 +11,23 @@ use tollgate_core::{Algorithm, Quota, RetryAfter, State};
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(512))]
 
+    /// With no queue (burst 0, nginx's default) the shaper serves a request
+    /// only when the drain is free, which is GCRA with a burst of one: the
+    /// same decisions and numbers, only the reported capacity differs
+    /// (`burst + 1` against `burst`, both 1).
+    #[test]
+    fn no_queue_is_gcra_with_a_burst_of_one(quota in quota(), shape in shape(60)) {
+        let queue_quota = quota.with_burst(0).unwrap();
+        let gcra_quota = quota.with_burst(1).unwrap();
+        let mut queue = State::new(Algorithm::LeakyQueue, &queue_quota);
+        let mut gcra = State::new(Algorithm::Gcra, &gcra_quota);
+        for (t, c) in shape.resolve(&quota) {
+            let q = queue.decide(&queue_quota, t, c);
+            prop_assert_eq!(q, gcra.decide(&gcra_quota, t, c), "at {} cost {}", t, c);
+            prop_assert_eq!(q.delay, 0);
+        }
+    }
+
     /// Each admitted request of cost `c` holds the drain for `c * T`: the
     /// next release comes no sooner, up to the rounding of release times up
     /// to whole ns (less than 1 ns, i.e. `limit` ticks of `1/limit` ns).

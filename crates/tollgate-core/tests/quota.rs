@@ -11,11 +11,6 @@ fn each_error_path() {
     assert_eq!(Quota::new(0, 1), Err(QuotaError::ZeroLimit));
     assert_eq!(Quota::per_second(0), Err(QuotaError::ZeroLimit));
     assert_eq!(Quota::new(1, 0), Err(QuotaError::ZeroPeriod));
-    assert_eq!(Quota::with_parts(1, 1, 0), Err(QuotaError::ZeroBurst));
-    assert_eq!(
-        Quota::new(5, 1).unwrap().with_burst(0),
-        Err(QuotaError::ZeroBurst)
-    );
     let big = Quota::MAX_LIMIT + 1;
     assert_eq!(Quota::new(big, 1), Err(QuotaError::LimitTooLarge(big)));
     assert_eq!(
@@ -44,7 +39,6 @@ fn errors_name_the_offending_value() {
     let cases = [
         (QuotaError::ZeroLimit, "limit"),
         (QuotaError::ZeroPeriod, "period"),
-        (QuotaError::ZeroBurst, "burst"),
         (
             QuotaError::LimitTooLarge(1_000_000_000_001),
             "1000000000001",
@@ -72,6 +66,18 @@ fn errors_name_the_offending_value() {
     }
 }
 
+/// Burst 0 is a quota of its own: the queue serves one request at a time
+/// and queues none, a bucket holds nothing, the windows ignore it.
+#[test]
+fn burst_zero_is_accepted_with_a_capacity_per_algorithm() {
+    let q = Quota::per_minute(100).unwrap().with_burst(0).unwrap();
+    assert_eq!((q.limit(), q.burst()), (100, 0));
+    assert_eq!(q.capacity(Algorithm::LeakyQueue), 1);
+    assert_eq!(q.capacity(Algorithm::Gcra), 0);
+    assert_eq!(q.capacity(Algorithm::SlidingCounter), 100);
+    assert!(Quota::with_parts(Quota::MAX_LIMIT, Quota::MAX_SPAN_NS, 0).is_ok());
+}
+
 #[test]
 fn the_edges_of_the_range_are_accepted() {
     let q = Quota::with_parts(Quota::MAX_LIMIT, Quota::MAX_SPAN_NS, Quota::MAX_LIMIT).unwrap();
@@ -94,7 +100,7 @@ proptest! {
     fn documented_range(
         limit in 1..=MAX_LIMIT,
         period in prop_oneof![1..=1_000u64, 1..=MAX_PERIOD, Just(MAX_PERIOD)],
-        burst in 1..=MAX_LIMIT,
+        burst in 0..=MAX_LIMIT,
     ) {
         let refill = (burst as u128 * period as u128).div_ceil(limit as u128);
         let fits = refill <= 1u128 << 62;

@@ -267,7 +267,7 @@ impl Report {
         let mut out = String::from("# tollgate simulate\n\n");
         out.push_str(&format!(
             "Every decision below was made by `tollgate-core`, with the exact semantics of \
-             SPEC.md. {ok} of {n} published figures are reproduced; each one that is not \
+             docs/SEMANTICS.md. {ok} of {n} published figures are reproduced; each one that is not \
              says why.\n\n\
              Columns: *admitted* requests; *worst 1 s* / *worst 60 s*: the most admitted in \
              any half-open span of that length, found exactly; *overshoot*: the worst span of \

@@ -50,7 +50,7 @@ fn boundary_burst_reproduces_seed_000() {
     let queue = row(&r, "leaky_queue (burst 20)");
     assert!(queue.worst_1s <= 2, "{}", queue.worst_1s);
     assert_eq!(queue.waits.unwrap().max_ns, 12 * S);
-    // SPEC.md invariant 4 on this trace: at most burst + limit * S / period.
+    // docs/SEMANTICS.md guarantee 4 on this trace: at most burst + limit * S / period.
     assert!(row(&r, "token_bucket (burst 20)").worst_60s <= 20 + 100);
     assert!(row(&r, "fixed_window").worst_60s <= 200);
 }

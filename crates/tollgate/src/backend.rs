@@ -5,8 +5,8 @@ use tollgate_core::{Decision, Lease};
 
 use crate::Policy;
 
-/// A store of per-key state (process memory, Redis, PostgreSQL) that decides
-/// requests with the exact semantics of `SPEC.md`.
+/// A store of per-key state (process memory, Redis) that decides
+/// requests with the exact semantics of `docs/SEMANTICS.md`.
 ///
 /// Implementations decide with their own clock (the store's, for shared
 /// stores), apply all of a policy's limits atomically, and never hang: every

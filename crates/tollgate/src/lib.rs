@@ -16,6 +16,34 @@
 //! - [`Batched`]: batched reservations, leasing hot keys' units from the
 //!   store and spending them in process;
 //! - [`Clock`]: [`MonotonicClock`] by default, [`FakeClock`] for tests.
+//!
+//! What every decision means, for every algorithm and store, is written down
+//! in `docs/SEMANTICS.md` in the repository.
+//!
+//! ```
+//! use std::time::Duration;
+//! use tollgate::{Algorithm, FakeClock, Limit, Limiter, Quota, RetryAfter};
+//!
+//! // 100 a minute through GCRA, bursts of up to 10, on a clock the example moves.
+//! let quota = Quota::per_minute(100)?.with_burst(10)?;
+//! let clock = FakeClock::new();
+//! let limiter = Limiter::builder(Limit::new(Algorithm::Gcra, quota))
+//!     .clock(clock.clone())
+//!     .build();
+//!
+//! for _ in 0..10 {
+//!     assert!(limiter.check("user-42", 1).allowed);
+//! }
+//! let denied = limiter.check("user-42", 1);
+//! assert!(!denied.allowed);
+//! // One emission interval, 60 s / 100, until the next one fits: exact, in ns.
+//! assert_eq!(denied.retry_after, RetryAfter::After(600_000_000));
+//! assert!(limiter.check("someone-else", 1).allowed); // keys are independent
+//!
+//! clock.advance(Duration::from_millis(600));
+//! assert!(limiter.check("user-42", 1).allowed);
+//! # Ok::<(), tollgate::QuotaError>(())
+//! ```
 
 mod backend;
 mod batched;

@@ -11,7 +11,7 @@ use crate::{Backend, BackendError, Clock, Limiter, MonotonicClock, Policy};
 
 /// Process memory as a [`Backend`]: one [`Limiter`] per policy, created on
 /// first use, so the async layers above (the [`Store`](crate::Store)
-/// facade, HTTP, the server) can take memory, Redis or PostgreSQL alike.
+/// facade) can take memory or Redis alike.
 ///
 /// Code that only ever limits in process should call a [`Limiter`]
 /// directly: it is synchronous and skips the policy lookup.

@@ -4,8 +4,8 @@ use tollgate_core::{Decision, Lease};
 
 use crate::{Backend, BackendError, Policy};
 
-/// A policy enforced through a [`Backend`]: process memory, Redis,
-/// PostgreSQL. Switching stores changes only the line that builds the
+/// A policy enforced through a [`Backend`]: process memory or Redis.
+/// Switching stores changes only the line that builds the
 /// backend:
 ///
 /// ```

@@ -40,7 +40,7 @@ fn eight_threads_on_one_key_admit_exactly_the_capacity() {
             .build();
         let admitted = hammer(&limiter, 8, 10_000, |_, _| 1);
         // 100 for every algorithm but the queue, which serves one at once
-        // and queues `burst` (100) more: SPEC's `burst + 1`.
+        // and queues `burst` (100) more: the `burst + 1` of docs/SEMANTICS.md.
         let expected = if algorithm == Algorithm::LeakyQueue {
             101
         } else {

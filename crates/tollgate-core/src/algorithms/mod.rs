@@ -1,5 +1,5 @@
 //! One module per algorithm, each a small per-key state with the exact rules
-//! of `SPEC.md`.
+//! of `docs/SEMANTICS.md`.
 //!
 //! Every state records the time of its last charge and treats an earlier
 //! `now` as that time, so a key's clock never runs backwards. Denials and

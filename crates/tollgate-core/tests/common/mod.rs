@@ -1,6 +1,6 @@
 //! Shared by the property tests: random quotas and traces, a driver that
 //! tracks each key's effective clock, exact rational arithmetic and
-//! independent reference models of every algorithm written from `SPEC.md`.
+//! independent reference models of every algorithm written from `docs/SEMANTICS.md`.
 //!
 //! Each test binary uses a different subset of these helpers, so unused ones
 //! are expected per binary.
@@ -52,11 +52,12 @@ pub fn period() -> impl Strategy<Value = u64> {
     ]
 }
 
-/// A burst relative to the limit: equal (the default), small, a multiple or
-/// a fraction of it, or anything in range.
+/// A burst relative to the limit: equal (the default), none, small, a
+/// multiple or a fraction of it, or anything in range.
 pub fn burst_for(limit: u64) -> impl Strategy<Value = u64> {
     prop_oneof![
         3 => Just(limit),
+        1 => Just(0),
         2 => 1u64..=10,
         2 => (1u64..=16).prop_map(move |k| (limit * k / 4).clamp(1, MAX_LIMIT)),
         1 => 1u64..=MAX_LIMIT,
@@ -78,7 +79,7 @@ pub fn any_quota() -> impl Strategy<Value = Quota> {
     (
         edge(Quota::MAX_LIMIT),
         edge(Quota::MAX_SPAN_NS),
-        edge(Quota::MAX_LIMIT),
+        prop_oneof![1 => Just(0), 9 => edge(Quota::MAX_LIMIT)],
     )
         .prop_filter_map("refill longer than supported", |(l, p, b)| {
             Quota::with_parts(l, p, b).ok()

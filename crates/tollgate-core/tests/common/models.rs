@@ -1,4 +1,4 @@
-//! Reference models written from `SPEC.md` alone, deliberately naive: the
+//! Reference models written from `docs/SEMANTICS.md` alone, deliberately naive: the
 //! windows keep every admitted request and rescan it, the buckets and the
 //! queue keep their quantities as exact rationals. Slow, but each is a
 //! direct reading of its admission rule, so agreeing with them decision for
@@ -31,7 +31,7 @@ trait Rule {
     }
 }
 
-/// A reference model of one key: SPEC's common rules (clock clamp, peeks,
+/// A reference model of one key: the common rules (clock clamp, peeks,
 /// `never`) around one algorithm's [`Rule`].
 pub struct Model {
     rule: Box<dyn Rule>,
@@ -64,7 +64,7 @@ impl Model {
         Model { rule, last: 0 }
     }
 
-    /// Decides a request exactly as SPEC.md describes.
+    /// Decides a request exactly as docs/SEMANTICS.md describes.
     pub fn decide(&mut self, now: u64, cost: u64) -> Decision {
         let now = now.max(self.last);
         let r = &mut self.rule;
@@ -92,7 +92,7 @@ impl Model {
 }
 
 impl Model {
-    /// Charges `cost` whatever the state (SPEC's `force`) and reports the
+    /// Charges `cost` whatever the state (`force` in docs/SEMANTICS.md) and reports the
     /// key's numbers after it.
     pub fn force(&mut self, now: u64, cost: u64) -> Decision {
         let now = now.max(self.last);
@@ -255,7 +255,7 @@ impl SlidingCounter {
         (prev, count(w), now - w * p)
     }
 
-    /// SPEC's rule: `prev*(period - elapsed) + (curr + cost)*period <= limit*period`.
+    /// The documented rule: `prev*(period - elapsed) + (curr + cost)*period <= limit*period`.
     fn fits(&self, now: u128, cost: u128) -> bool {
         let p = self.q.period_ns() as u128;
         let (prev, curr, elapsed) = self.counts(now);
@@ -368,7 +368,7 @@ impl Rule for Tokens {
     }
 }
 
-/// GCRA as SPEC states it: a rational theoretical arrival time in ns.
+/// GCRA as documented: a rational theoretical arrival time in ns.
 struct Gcra {
     q: Quota,
     tat: Ratio,
@@ -419,7 +419,7 @@ impl Rule for Gcra {
     }
 }
 
-/// The shaper as SPEC states it: `start = max(next_free, now)`; admit iff
+/// The shaper as documented: `start = max(next_free, now)`; admit iff
 /// `(start - now) + (cost-1)*T <= burst*T`; then `next_free = start + cost*T`.
 struct Queue {
     q: Quota,

@@ -64,7 +64,7 @@ pub fn run() -> Scenario {
             details: Details::None,
             checks,
             notes: vec![
-                "The bounds SPEC.md proves and tests: the sliding log never more than the \
+                "The bounds docs/SEMANTICS.md states and the tests check: the sliding log never more than the \
                  limit in any period; the fixed window at most 2 x limit; the bucket family at \
                  most burst + limit (here 200) in any period. The sliding counter's worst case \
                  depends on where the previous window's requests fell."

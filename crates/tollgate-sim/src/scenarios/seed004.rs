@@ -15,7 +15,7 @@ use crate::traffic::{every, spread, Poisson, Request, MS, NS_PER_S};
 /// Why our sliding counter may admit less than the seed's.
 const COUNTER_RULE: &str = "the seed's counter admits while its estimate is below the limit \
     (estimate < 10), ours while the estimate including this request fits (estimate + 1 <= 10), \
-    as SPEC.md defines it; an estimate between 9 and 10 is admitted there and refused here. \
+    as docs/SEMANTICS.md defines it; an estimate between 9 and 10 is admitted there and refused here. \
     Replaying this trace with the seed's rule gives exactly the seed's number";
 
 /// Pattern A: `random.Random(42).expovariate(6.0)` gaps for 30 s.
@@ -187,7 +187,7 @@ pub fn burst_after_idle() -> Scenario {
                     "leaky bucket: first release (ms)",
                     5_100,
                     first / MS,
-                    "nginx's limit_req (SPEC.md) serves the first request of a burst at once \
+                    "nginx's limit_req (docs/SEMANTICS.md) serves the first request of a burst at once \
                      and queues the next 20 one interval apart; the seed's level model \
                      releases every request one interval after it enters, so all its release \
                      times are 100 ms later and the spread is the same 2 s",
