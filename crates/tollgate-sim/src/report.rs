@@ -9,7 +9,9 @@ use tollgate_core::Quota;
 
 use crate::metrics::{worst_span, WaitStats};
 use crate::run::{Lane, Outcome};
-use crate::scenarios::{accuracy::AccuracyReport, equivalence::PatternRow};
+use crate::scenarios::{
+    accuracy::AccuracyReport, batching::BatchingReport, equivalence::PatternRow,
+};
 use crate::table::Table;
 
 const S: u64 = 1_000_000_000;
@@ -182,6 +184,8 @@ pub enum Details {
     },
     /// The many-keys accuracy study.
     Accuracy(AccuracyReport),
+    /// Store load and overshoot per batch size.
+    Batching(BatchingReport),
 }
 
 /// Everything one scenario found.
@@ -352,6 +356,7 @@ fn tables(s: &ScenarioReport) -> Vec<Table> {
             out.push(t);
         }
         Details::Accuracy(a) => out.extend(a.tables()),
+        Details::Batching(b) => out.extend(b.tables()),
     }
     out
 }

@@ -10,6 +10,11 @@
 //!   per-key state that applies a [`Policy`] atomically with its own clock),
 //!   [`MemoryBackend`] for process memory, and [`Store`], a policy over any
 //!   backend, so switching from memory to Redis is one line;
+//! - [`Resilient`]: any backend with a deadline per call, a circuit
+//!   [`Breaker`] and, per policy, fail open, fail closed or an in-process
+//!   fallback holding this instance's share ([`OnStoreError`]);
+//! - [`Batched`]: batched reservations, leasing hot keys' units from the
+//!   store and spending them in process;
 //! - [`Clock`]: [`MonotonicClock`] by default, [`FakeClock`] for tests.
 //!
 //! What every decision means, for every algorithm and store, is written down
@@ -41,23 +46,32 @@
 //! ```
 
 mod backend;
+mod batched;
+mod breaker;
 mod clock;
 mod concurrency;
+mod counters;
 mod huge;
 mod keyed;
 mod limiter;
 mod memory;
 mod policy;
+mod resilient;
 mod rules;
 mod sharded;
 mod store;
 
 pub use backend::{Backend, BackendError};
+pub use batched::{BatchConfig, BatchStats, Batched};
+pub use breaker::{Breaker, BreakerConfig, BreakerState, CallPermit};
 pub use clock::{Clock, FakeClock, MonotonicClock};
 pub use concurrency::{AtCapacity, ConcurrencyLimiter, Permit};
 pub use limiter::{Limiter, LimiterBuilder, LimiterFull, OnFull, Reservation, WaitError};
 pub use memory::MemoryBackend;
 pub use policy::{Policy, PolicyError};
+pub use resilient::{
+    FailurePolicy, OnStoreError, ResilienceStats, Resilient, ResilientBuilder, DEFAULT_DEADLINE,
+};
 pub use store::Store;
 pub use tollgate_core::{
     decide_all, force_all, lease_all, preview_all, refund_all, Algorithm, Decision, Lease,

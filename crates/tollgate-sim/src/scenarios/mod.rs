@@ -4,6 +4,7 @@
 pub mod accuracy;
 pub mod adversarial;
 pub mod batches;
+pub mod batching;
 pub mod boundary_burst;
 pub mod equivalence;
 pub mod seed004;
@@ -38,11 +39,13 @@ pub enum Name {
     Equivalence,
     /// Seed 000's many-keys study of the sliding counter.
     Accuracy,
+    /// Seed 002's batched reservations: store load against overshoot.
+    Batching,
 }
 
 impl Name {
     /// Every scenario, in the order `tollgate simulate` runs them.
-    pub const ALL: [Name; 8] = [
+    pub const ALL: [Name; 9] = [
         Name::BoundaryBurst,
         Name::Batches,
         Name::Adversarial,
@@ -51,6 +54,7 @@ impl Name {
         Name::BoundaryAttack,
         Name::Equivalence,
         Name::Accuracy,
+        Name::Batching,
     ];
 
     /// The command-line name.
@@ -64,6 +68,7 @@ impl Name {
             Name::BoundaryAttack => "boundary-attack",
             Name::Equivalence => "equivalence",
             Name::Accuracy => "accuracy",
+            Name::Batching => "batching",
         }
     }
 }
@@ -148,6 +153,7 @@ impl Name {
             Name::BurstAfterIdle => seed004::burst_after_idle(),
             Name::BoundaryAttack => seed004::boundary_attack(),
             Name::Equivalence => equivalence::run(),
+            Name::Batching => batching::run_scenario(),
             Name::Accuracy => return accuracy::run(&options.accuracy, progress),
         };
         progress.advance(1);

@@ -1,0 +1,85 @@
+//! A backend whose store can be made to fail or hang, for the resilience
+//! tests.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+
+use tollgate::{Backend, BackendError, Decision, FakeClock, Lease, MemoryBackend, Policy};
+
+/// How the fake store answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+#[allow(dead_code)] // each test binary uses some of them
+pub enum Health {
+    Up = 0,
+    Refusing = 1,
+    Hanging = 2,
+}
+
+/// Process memory behind a switch: up, refusing connections, or accepting
+/// and never answering. Counts the calls that reached it.
+pub struct Flaky {
+    pub memory: MemoryBackend<FakeClock>,
+    health: AtomicU8,
+    pub calls: AtomicU64,
+}
+
+#[allow(dead_code)]
+impl Flaky {
+    pub fn new(clock: FakeClock) -> Self {
+        Flaky {
+            memory: MemoryBackend::with_clock(clock),
+            health: AtomicU8::new(Health::Up as u8),
+            calls: AtomicU64::new(0),
+        }
+    }
+
+    pub fn set(&self, health: Health) {
+        self.health.store(health as u8, Ordering::SeqCst);
+    }
+
+    pub fn calls(&self) -> u64 {
+        self.calls.load(Ordering::SeqCst)
+    }
+
+    /// Runs `op` only when up: the memory backend decides as soon as it is
+    /// called, so a failing store must not even call it.
+    async fn call<T, F: Future<Output = Result<T, BackendError>>>(
+        &self,
+        op: impl FnOnce() -> F,
+    ) -> Result<T, BackendError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        match self.health.load(Ordering::SeqCst) {
+            0 => op().await,
+            1 => Err(BackendError::Unavailable("connection refused".into())),
+            _ => std::future::pending().await,
+        }
+    }
+}
+
+impl Backend for Flaky {
+    async fn check(&self, key: &str, policy: &Policy, cost: u64) -> Result<Decision, BackendError> {
+        self.call(|| self.memory.check(key, policy, cost)).await
+    }
+
+    async fn reset(&self, key: &str, policy: &Policy) -> Result<(), BackendError> {
+        self.call(|| self.memory.reset(key, policy)).await
+    }
+
+    async fn refund(
+        &self,
+        key: &str,
+        policy: &Policy,
+        cost: u64,
+    ) -> Result<Decision, BackendError> {
+        self.call(|| self.memory.refund(key, policy, cost)).await
+    }
+
+    async fn force(&self, key: &str, policy: &Policy, cost: u64) -> Result<Decision, BackendError> {
+        self.call(|| self.memory.force(key, policy, cost)).await
+    }
+
+    async fn lease(&self, key: &str, policy: &Policy, max: u64) -> Result<Lease, BackendError> {
+        self.call(|| self.memory.lease(key, policy, max)).await
+    }
+}
