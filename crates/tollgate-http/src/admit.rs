@@ -1,0 +1,431 @@
+//! One request through the rules: which apply, what each decides, and the
+//! all-or-nothing settlement across them.
+//!
+//! Rules are decided in order, each with one atomic store call. When an
+//! enforcing rule denies, the rules after it are not asked, and every charge
+//! already made for the request (by enforcing and shadow rules) is refunded.
+//! The guarantee, for every store: a refused request leaves each rule's key
+//! as if the request had never come, exactly as the store's `refund`
+//! defines it (the inverse of the charge, capped at a fresh key), unless the
+//! store fails between the charge and the refund, in which case that charge
+//! stands and `tollgate_http_settle_errors_total` counts it. Between the
+//! charge and the refund, other requests may see the charged numbers:
+//! refusals are all-or-nothing in effect, not isolated transactions.
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, Response, StatusCode};
+use tollgate::{Backend, BackendError, Decision, Policy, RetryAfter};
+
+use crate::answer::{Reason, Refusal};
+use crate::fields::{
+    retry_after_secs, secs_up, write_limit_item, write_policy_item, LimitItem, PolicyItem,
+    RATELIMIT, RATELIMIT_POLICY, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET,
+};
+use crate::layer::Gate;
+use crate::observe::{count, settle_failed, Outcome};
+use crate::{
+    digest, digest_bytes, CostError, Fallback, KeyError, LimitBody, MissingKey, Mode, OnStoreError,
+    RequestView,
+};
+
+/// A rule that applies to a request, with its key and cost.
+pub(crate) struct Planned {
+    rule: usize,
+    key: String,
+    cost: u64,
+}
+
+/// What one rule decided for the request.
+pub(crate) struct Entry {
+    rule: usize,
+    key: String,
+    cost: u64,
+    /// The key's numbers after the last operation on it.
+    decision: Decision,
+    /// Charged in the store, so refundable.
+    charged: bool,
+    /// Enforcing: reported in the response's fields.
+    shown: bool,
+}
+
+/// A settlement after the decision.
+#[derive(Clone, Copy)]
+enum Op {
+    Refund,
+    Force,
+}
+
+impl Op {
+    fn name(self) -> &'static str {
+        match self {
+            Op::Refund => "refund",
+            Op::Force => "force",
+        }
+    }
+}
+
+/// The layer's verdict on a request.
+pub(crate) enum Verdict {
+    /// Pass the request on, after `delay` nanoseconds.
+    Admit { entries: Vec<Entry>, delay: u64 },
+    /// Answer it.
+    Refuse {
+        refusal: Refusal,
+        entries: Vec<Entry>,
+    },
+}
+
+impl<B: Backend> Gate<B> {
+    /// The rules that apply to `view`, with keys and costs; a refusal when a
+    /// key or cost cannot be read (nothing is charged then).
+    pub(crate) fn plan(&self, view: &RequestView<'_>) -> Result<Vec<Planned>, Refusal> {
+        let mut plan = Vec::new();
+        for (i, compiled) in self.rules.iter().enumerate() {
+            let rule = &compiled.rule;
+            if !rule.matcher.matches(view) {
+                continue;
+            }
+            // The rule's name keeps rules with equal policies apart in one store.
+            let mut key = String::with_capacity(rule.name.len() + 48);
+            key.push_str(&rule.name);
+            key.push('|');
+            match rule.key.derive_into(view, &self.client_ip, &mut key) {
+                Ok(()) => {}
+                Err(KeyError::Missing(_)) if rule.on_missing_key == MissingKey::Skip => continue,
+                Err(e) => {
+                    return Err(self.bad_request(i, StatusCode::BAD_REQUEST, Reason::BadKey(e)))
+                }
+            };
+            let cost = rule.cost.of(view).map_err(|e| {
+                let status = match e {
+                    CostError::NoLength => StatusCode::LENGTH_REQUIRED,
+                    _ => StatusCode::BAD_REQUEST,
+                };
+                self.bad_request(i, status, Reason::BadCost(e))
+            })?;
+            plan.push(Planned { rule: i, key, cost });
+        }
+        Ok(plan)
+    }
+
+    fn bad_request(&self, rule: usize, status: StatusCode, reason: Reason) -> Refusal {
+        let compiled = &self.rules[rule];
+        count(&compiled.metric, Outcome::BadRequest);
+        Refusal {
+            status,
+            rule: compiled.rule.name.clone(),
+            reason,
+        }
+    }
+
+    fn shadowed(&self, rule: usize) -> bool {
+        self.rules[rule].rule.mode == Mode::Shadow || self.switch.is_shadow_all()
+    }
+
+    /// Decides every planned rule, refunding all charges if one refuses.
+    pub(crate) async fn admit(&self, plan: Vec<Planned>) -> Verdict {
+        let mut entries = Vec::with_capacity(plan.len());
+        let mut delay = 0;
+        for Planned { rule, key, cost } in plan {
+            let compiled = &self.rules[rule];
+            let shadow = self.shadowed(rule);
+            let decided = match self.backend.check(&key, &compiled.rule.policy, cost).await {
+                Ok(decision) => Ok((decision, decision.allowed && cost > 0)),
+                Err(error) => match self.on_store_error(rule, &key, cost, &error) {
+                    Fallback::Decided(decision) => Ok((decision, false)),
+                    other => Err((other, error)),
+                },
+            };
+            let (decision, charged) = match decided {
+                Ok(d) => d,
+                Err((verdict, error)) => {
+                    let closed = verdict == Fallback::Closed && !shadow;
+                    tracing::warn!(rule = %compiled.rule.name, key = %digest(key.as_bytes()), %error,
+                        fail = if closed { "closed" } else { "open" }, "rate limit store failed");
+                    if closed {
+                        count(&compiled.metric, Outcome::FailedClosed);
+                        self.refund_all(&mut entries).await;
+                        let retry_after = self.options.unavailable_retry_after;
+                        return self.refuse(
+                            rule,
+                            StatusCode::SERVICE_UNAVAILABLE,
+                            Reason::StoreUnavailable { retry_after },
+                            entries,
+                        );
+                    }
+                    count(&compiled.metric, Outcome::FailedOpen);
+                    continue;
+                }
+            };
+            let entry = Entry {
+                rule,
+                key,
+                cost,
+                decision,
+                charged,
+                shown: !shadow,
+            };
+            if decision.allowed {
+                count(&compiled.metric, Outcome::Allowed);
+                if !shadow {
+                    delay = delay.max(decision.delay);
+                }
+                entries.push(entry);
+                continue;
+            }
+            if shadow {
+                // What a dark launch is for: seen at the default level.
+                tracing::info!(rule = %compiled.rule.name, key = %digest(entry.key.as_bytes()), cost,
+                    remaining = decision.remaining, retry_after_ms = retry_ms(&decision), "shadow rule would deny");
+                count(&compiled.metric, Outcome::ShadowDenied);
+                continue;
+            }
+            // Denials come in floods under attack: debug, and counted.
+            tracing::debug!(rule = %compiled.rule.name, key = %digest(entry.key.as_bytes()), cost,
+                remaining = decision.remaining, retry_after_ms = retry_ms(&decision), "request denied");
+            self.refund_all(&mut entries).await;
+            entries.push(entry);
+            let (outcome, status, reason) = match decision.retry_after {
+                RetryAfter::Never => (
+                    Outcome::TooLarge,
+                    self.options.too_large,
+                    Reason::TooLarge { cost },
+                ),
+                RetryAfter::After(ns) => (
+                    Outcome::Denied,
+                    StatusCode::TOO_MANY_REQUESTS,
+                    Reason::Limited {
+                        retry_after: retry_after_secs(ns),
+                    },
+                ),
+                RetryAfter::Now => (
+                    Outcome::Denied,
+                    StatusCode::TOO_MANY_REQUESTS,
+                    Reason::Limited { retry_after: 1 },
+                ),
+            };
+            count(&compiled.metric, outcome);
+            return self.refuse(rule, status, reason, entries);
+        }
+        Verdict::Admit { entries, delay }
+    }
+
+    fn on_store_error(&self, rule: usize, key: &str, cost: u64, error: &BackendError) -> Fallback {
+        let rule = &self.rules[rule].rule;
+        match &rule.on_store_error {
+            OnStoreError::Open => Fallback::Open,
+            OnStoreError::Closed => Fallback::Closed,
+            OnStoreError::With(handler) => handler.on_failure(&rule.name, key, cost, error),
+        }
+    }
+
+    fn refuse(
+        &self,
+        rule: usize,
+        status: StatusCode,
+        reason: Reason,
+        entries: Vec<Entry>,
+    ) -> Verdict {
+        let refusal = Refusal {
+            status,
+            rule: self.rules[rule].rule.name.clone(),
+            reason,
+        };
+        Verdict::Refuse { refusal, entries }
+    }
+
+    /// Gives back every charge in `entries` (latest first), keeping the
+    /// numbers the store reports after each refund.
+    pub(crate) async fn refund_all(&self, entries: &mut [Entry]) {
+        for entry in entries.iter_mut().rev().filter(|e| e.charged) {
+            let compiled = &self.rules[entry.rule];
+            match self
+                .settle(Op::Refund, &entry.key, &compiled.rule.policy, entry.cost)
+                .await
+            {
+                Ok(after) => {
+                    entry.decision = Decision {
+                        allowed: entry.decision.allowed,
+                        ..after
+                    };
+                    entry.charged = false;
+                }
+                Err(error) => {
+                    settle_failed(&compiled.metric, Op::Refund.name());
+                    tracing::warn!(rule = %compiled.rule.name, key = %digest(entry.key.as_bytes()), %error, "refund failed; the charge stands");
+                }
+            }
+        }
+    }
+
+    /// Counts requests whose client left while queued, once their charges
+    /// are given back.
+    pub(crate) async fn abandon(&self, mut entries: Vec<Entry>) {
+        self.refund_all(&mut entries).await;
+        for entry in &entries {
+            count(&self.rules[entry.rule].metric, Outcome::Abandoned);
+        }
+    }
+
+    /// Settles reconciled rules with the cost the response reports: refunds
+    /// what the estimate overcharged, force-charges what it missed.
+    pub(crate) async fn reconcile<Body>(
+        &self,
+        entries: &mut [Entry],
+        response: &mut Response<Body>,
+    ) {
+        for entry in entries.iter_mut().filter(|e| e.charged) {
+            let compiled = &self.rules[entry.rule];
+            let Some(reconcile) = &compiled.rule.reconcile else {
+                continue;
+            };
+            let Some(actual) = reconcile.read(response) else {
+                continue;
+            };
+            let policy = &compiled.rule.policy;
+            let (op, amount) = match actual.cmp(&entry.cost) {
+                std::cmp::Ordering::Equal => continue,
+                std::cmp::Ordering::Less => (Op::Refund, entry.cost - actual),
+                std::cmp::Ordering::Greater => (Op::Force, actual - entry.cost),
+            };
+            let result = self.settle(op, &entry.key, policy, amount).await;
+            match result {
+                Ok(after) => {
+                    entry.decision = Decision {
+                        allowed: true,
+                        ..after
+                    };
+                    entry.cost = actual;
+                }
+                Err(error) => {
+                    settle_failed(&compiled.metric, op.name());
+                    tracing::warn!(rule = %compiled.rule.name, key = %digest(entry.key.as_bytes()), %error, op = op.name(), "reconciling the cost failed");
+                }
+            }
+        }
+        for compiled in &self.rules {
+            if let Some(reconcile) = &compiled.rule.reconcile {
+                reconcile.strip(response);
+            }
+        }
+    }
+
+    /// Gives back or adds `cost` on `key`, returning its numbers after.
+    async fn settle(
+        &self,
+        op: Op,
+        key: &str,
+        policy: &Policy,
+        cost: u64,
+    ) -> Result<Decision, BackendError> {
+        match op {
+            Op::Refund => self.backend.refund(key, policy, cost).await,
+            Op::Force => self.backend.force(key, policy, cost).await,
+        }
+    }
+
+    /// The layer's own answer.
+    pub(crate) fn refused<Body>(
+        &self,
+        refusal: &Refusal,
+        entries: &[Entry],
+    ) -> Response<LimitBody<Body>> {
+        let (content_type, body): (HeaderValue, Bytes) = (self.options.body)(refusal);
+        let mut response = Response::new(LimitBody::answer(body));
+        *response.status_mut() = refusal.status;
+        let headers = response.headers_mut();
+        if let Some(secs) = refusal.retry_after() {
+            headers.insert(http::header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        if matches!(
+            refusal.reason,
+            Reason::Limited { .. } | Reason::TooLarge { .. }
+        ) {
+            self.write_fields(headers, entries);
+        }
+        headers.insert(http::header::CONTENT_TYPE, content_type);
+        response
+    }
+
+    /// Adds the rate-limit fields to an admitted response, if enabled.
+    pub(crate) fn decorate(&self, headers: &mut HeaderMap, entries: &[Entry]) {
+        if self.options.admitted_fields {
+            self.write_fields(headers, entries);
+        }
+    }
+
+    fn write_fields(&self, headers: &mut HeaderMap, entries: &[Entry]) {
+        let mut policy = String::new();
+        let mut limit = String::new();
+        // The legacy fields follow the rule with the least left.
+        let mut tightest: Option<(u64, u64, u64)> = None;
+        for entry in entries.iter().filter(|e| e.shown) {
+            let compiled = &self.rules[entry.rule];
+            let name = &*compiled.rule.name;
+            let digest = compiled
+                .rule
+                .partition_key
+                .then(|| digest_bytes(entry.key.as_bytes()));
+            let partition = digest.as_ref().map(|d| &d[..8]);
+            if !policy.is_empty() {
+                policy.push_str(", ");
+                limit.push_str(", ");
+            }
+            match partition {
+                None => policy.push_str(&compiled.policy_member),
+                Some(_) => write_policy_item(
+                    &mut policy,
+                    &PolicyItem {
+                        name,
+                        quota: compiled.quota,
+                        window: compiled.window,
+                        unit: compiled.rule.unit.as_deref(),
+                        partition,
+                    },
+                ),
+            }
+            let (remaining, reset) = (entry.decision.remaining, reset_secs(&entry.decision));
+            write_limit_item(
+                &mut limit,
+                &LimitItem {
+                    name,
+                    remaining,
+                    reset,
+                    partition,
+                },
+            );
+            if tightest.map_or(true, |(_, r, _)| remaining < r) {
+                tightest = Some((compiled.quota, remaining, reset));
+            }
+        }
+        let Some((quota, remaining, reset)) = tightest else {
+            return;
+        };
+        if let (Ok(p), Ok(l)) = (HeaderValue::try_from(policy), HeaderValue::try_from(limit)) {
+            headers.insert(RATELIMIT_POLICY, p);
+            headers.insert(RATELIMIT, l);
+        }
+        if self.options.legacy_fields {
+            headers.insert(X_RATELIMIT_LIMIT, HeaderValue::from(quota));
+            headers.insert(X_RATELIMIT_REMAINING, HeaderValue::from(remaining));
+            headers.insert(X_RATELIMIT_RESET, HeaderValue::from(reset));
+        }
+    }
+}
+
+/// A denial's wait in milliseconds, rounded up; `None` for never.
+fn retry_ms(decision: &Decision) -> Option<u64> {
+    decision
+        .retry_after
+        .as_nanos()
+        .map(|ns| ns.div_ceil(1_000_000))
+}
+
+/// `t`: for a denial, when the same request would be admitted (the
+/// `Retry-After`); for an admission, when the key's whole quota is back.
+fn reset_secs(decision: &Decision) -> u64 {
+    match decision.retry_after {
+        RetryAfter::After(ns) if !decision.allowed => retry_after_secs(ns),
+        _ => secs_up(decision.reset_after),
+    }
+}

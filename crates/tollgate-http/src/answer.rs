@@ -1,0 +1,150 @@
+//! What a refused client gets: status, fields and an RFC 9457
+//! `application/problem+json` body (replaceable).
+//!
+//! | why | status | `Retry-After` | `RateLimit` fields |
+//! |---|---|---|---|
+//! | an enforcing rule denied | 429 | yes, seconds rounded up, at least 1 | yes |
+//! | the cost can never fit | 413 (configurable) | no: waiting will not help | yes |
+//! | the store failed, rule fails closed | 503 | yes (configurable, 1 s by default) | no |
+//! | the key is missing, too long or has bad bytes | 400 | no | no |
+//! | the cost header is missing or not a number | 400 (411 without `Content-Length`) | no | no |
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{HeaderValue, StatusCode};
+
+use crate::{CostError, KeyError};
+
+/// Why the layer answered instead of the service.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reason {
+    /// A rule's budget is spent; the request fits again after this many
+    /// seconds.
+    Limited {
+        /// `Retry-After`, seconds.
+        retry_after: u64,
+    },
+    /// The request costs more than the rule can ever admit.
+    TooLarge {
+        /// The request's cost.
+        cost: u64,
+    },
+    /// The rule's store failed and the rule fails closed.
+    StoreUnavailable {
+        /// `Retry-After`, seconds.
+        retry_after: u64,
+    },
+    /// No usable key.
+    BadKey(KeyError),
+    /// No usable cost.
+    BadCost(CostError),
+}
+
+/// A refusal: the rule that refused, why, and the status it is answered with.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    /// The status of the answer.
+    pub status: StatusCode,
+    /// The rule's name.
+    pub rule: Arc<str>,
+    /// Why.
+    pub reason: Reason,
+}
+
+impl Refusal {
+    /// A one-line explanation for the client, naming no key or secret.
+    pub fn detail(&self) -> String {
+        let rule = &self.rule;
+        match &self.reason {
+            Reason::Limited { retry_after } => {
+                format!("rate limit `{rule}` exceeded; retry in {retry_after} s")
+            }
+            Reason::TooLarge { cost } => {
+                format!("a request costing {cost} can never fit rate limit `{rule}`")
+            }
+            Reason::StoreUnavailable { retry_after } => {
+                format!("rate limit `{rule}` cannot be checked right now; retry in {retry_after} s")
+            }
+            Reason::BadKey(e) => format!("rate limit `{rule}`: {e}"),
+            Reason::BadCost(e) => format!("rate limit `{rule}`: {e}"),
+        }
+    }
+
+    /// The `Retry-After` to send, if any.
+    pub fn retry_after(&self) -> Option<u64> {
+        match self.reason {
+            Reason::Limited { retry_after } | Reason::StoreUnavailable { retry_after } => {
+                Some(retry_after)
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Writes a refusal's body: its `Content-Type` and bytes.
+pub type BodyWriter = Arc<dyn Fn(&Refusal) -> (HeaderValue, Bytes) + Send + Sync>;
+
+/// The default body: `application/problem+json` (RFC 9457) with `type`,
+/// `title`, `status`, `detail`, and the extension members `rule` and, when
+/// there is one, `retry_after`.
+pub fn problem_json(refusal: &Refusal) -> (HeaderValue, Bytes) {
+    let problem = Problem {
+        kind: "about:blank",
+        title: refusal.status.canonical_reason().unwrap_or("Error"),
+        status: refusal.status.as_u16(),
+        detail: refusal.detail(),
+        rule: &refusal.rule,
+        retry_after: refusal.retry_after(),
+    };
+    // One allocation for the usual answer.
+    let mut body = Vec::with_capacity(256);
+    if serde_json::to_writer(&mut body, &problem).is_err() {
+        body.clear();
+    }
+    (
+        HeaderValue::from_static("application/problem+json"),
+        Bytes::from(body),
+    )
+}
+
+/// RFC 9457 problem details, serialized without building a JSON tree.
+#[derive(serde::Serialize)]
+struct Problem<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    title: &'static str,
+    status: u16,
+    detail: String,
+    rule: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    retry_after: Option<u64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn problem_details() {
+        let refusal = Refusal {
+            status: StatusCode::TOO_MANY_REQUESTS,
+            rule: "per-key".into(),
+            reason: Reason::Limited { retry_after: 1 },
+        };
+        let (ct, body) = problem_json(&refusal);
+        assert_eq!(ct, "application/problem+json");
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(v["status"], 429);
+        assert_eq!(v["title"], "Too Many Requests");
+        assert_eq!(v["rule"], "per-key");
+        assert_eq!(v["retry_after"], 1);
+        let too_large = Refusal {
+            status: StatusCode::PAYLOAD_TOO_LARGE,
+            rule: "r".into(),
+            reason: Reason::TooLarge { cost: 9 },
+        };
+        assert_eq!(too_large.retry_after(), None);
+        assert!(too_large.detail().contains("never fit"));
+    }
+}

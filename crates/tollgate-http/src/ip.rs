@@ -1,0 +1,332 @@
+//! The client's IP address, and the prefix its budget is kept under.
+//!
+//! Behind a load balancer the socket's peer is the proxy, and the client is
+//! named by a header the proxies append to. Only hops appended by proxies we
+//! trust can be believed, so [`ClientIp`] walks the header from the right (the
+//! hop nearest to us), skips addresses inside the trusted CIDRs and takes the
+//! first one outside them. Everything to its left was written by the client
+//! itself and is ignored: a client that sends its own `X-Forwarded-For`
+//! cannot choose its key.
+//!
+//! ```
+//! use tollgate_http::{ClientIp, ForwardedHeader};
+//!
+//! let ip = ClientIp::behind(["10.0.0.0/8".parse().unwrap()], ForwardedHeader::XForwardedFor);
+//! let headers = [("x-forwarded-for", "6.6.6.6, 203.0.113.7, 10.0.0.2")];
+//! let client = ip.resolve_from("10.0.0.1".parse().ok(), headers.iter().map(|(_, v)| v.as_bytes()));
+//! assert_eq!(client, Some("203.0.113.7".parse().unwrap())); // never the spoofed 6.6.6.6
+//! ```
+
+use std::fmt::Write;
+use std::net::IpAddr;
+
+use ipnet::IpNet;
+use serde::Deserialize;
+
+use crate::RequestView;
+
+/// Which header the trusted proxies write the client's address into.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ForwardedHeader {
+    /// `X-Forwarded-For: client, proxy1, proxy2`.
+    #[default]
+    XForwardedFor,
+    /// RFC 7239 `Forwarded: for=client, for=proxy1`.
+    Forwarded,
+}
+
+impl ForwardedHeader {
+    fn name(self) -> http::HeaderName {
+        match self {
+            ForwardedHeader::XForwardedFor => http::HeaderName::from_static("x-forwarded-for"),
+            ForwardedHeader::Forwarded => http::header::FORWARDED,
+        }
+    }
+}
+
+/// How to find the client's address: the socket peer, or, when the peer is a
+/// trusted proxy, the first untrusted hop of a forwarding header counted from
+/// the right.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientIp {
+    /// Networks whose hops are proxies of ours. Empty: headers are ignored and
+    /// the socket peer is the client.
+    #[serde(default)]
+    pub trusted_proxies: Vec<IpNet>,
+    /// The header those proxies append to.
+    #[serde(default)]
+    pub header: ForwardedHeader,
+}
+
+impl ClientIp {
+    /// The socket peer is the client; forwarding headers are ignored.
+    pub fn socket() -> Self {
+        ClientIp::default()
+    }
+
+    /// Behind the proxies in `trusted`, which append to `header`.
+    pub fn behind(trusted: impl IntoIterator<Item = IpNet>, header: ForwardedHeader) -> Self {
+        ClientIp {
+            trusted_proxies: trusted.into_iter().collect(),
+            header,
+        }
+    }
+
+    fn trusts(&self, ip: IpAddr) -> bool {
+        self.trusted_proxies.iter().any(|net| net.contains(&ip))
+    }
+
+    /// The client's address for `view`, `None` when the peer is unknown.
+    pub fn resolve(&self, view: &RequestView<'_>) -> Option<IpAddr> {
+        let lines = view.headers.get_all(self.header.name());
+        self.resolve_from(view.peer, lines.iter().map(http::HeaderValue::as_bytes))
+    }
+
+    /// The client's address given the socket `peer` and the lines of the
+    /// forwarding header in arrival order.
+    ///
+    /// A hop that is not an address (`unknown`, an obfuscated RFC 7239 name,
+    /// garbage) ends the walk at the last trusted hop: the proxy that wrote
+    /// it is the nearest address we can vouch for.
+    pub fn resolve_from<'h>(
+        &self,
+        peer: Option<IpAddr>,
+        lines: impl DoubleEndedIterator<Item = &'h [u8]>,
+    ) -> Option<IpAddr> {
+        let mut nearest = canonical(peer?);
+        if !self.trusts(nearest) {
+            return Some(nearest);
+        }
+        for line in lines.rev() {
+            let Ok(line) = std::str::from_utf8(line) else {
+                return Some(nearest);
+            };
+            for hop in line.rsplit(',') {
+                let parsed = match self.header {
+                    ForwardedHeader::XForwardedFor => parse_hop(hop),
+                    ForwardedHeader::Forwarded => forwarded_for(hop).and_then(parse_hop),
+                };
+                let Some(ip) = parsed.map(canonical) else {
+                    return Some(nearest);
+                };
+                if !self.trusts(ip) {
+                    return Some(ip);
+                }
+                nearest = ip;
+            }
+        }
+        Some(nearest)
+    }
+}
+
+/// An IPv4-mapped IPv6 address as the IPv4 address it is.
+fn canonical(ip: IpAddr) -> IpAddr {
+    ip.to_canonical()
+}
+
+/// The `for=` value of one RFC 7239 element (`for=1.2.3.4;proto=https`).
+fn forwarded_for(element: &str) -> Option<&str> {
+    element.split(';').find_map(|pair| {
+        let (name, value) = pair.trim().split_once('=')?;
+        name.trim()
+            .eq_ignore_ascii_case("for")
+            .then(|| value.trim().trim_matches('"'))
+    })
+}
+
+/// `1.2.3.4`, `1.2.3.4:80`, `2001:db8::1` or `[2001:db8::1]:80`.
+fn parse_hop(hop: &str) -> Option<IpAddr> {
+    let hop = hop.trim();
+    if let Ok(ip) = hop.parse() {
+        return Some(ip);
+    }
+    if let Some(rest) = hop.strip_prefix('[') {
+        return rest.split_once(']')?.0.parse().ok();
+    }
+    let (host, port) = hop.rsplit_once(':')?;
+    port.parse::<u16>().ok()?;
+    host.parse::<std::net::Ipv4Addr>().ok().map(IpAddr::V4)
+}
+
+/// How many leading bits of an address name one client: all 32 of an IPv4
+/// address, and the /64 of an IPv6 one, since a single host is usually given
+/// a whole /64 and can rotate through it at will.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct IpPrefix {
+    /// Prefix length for IPv4 addresses, 0 to 32.
+    pub v4: u8,
+    /// Prefix length for IPv6 addresses, 0 to 128.
+    pub v6: u8,
+}
+
+impl Default for IpPrefix {
+    fn default() -> Self {
+        IpPrefix { v4: 32, v6: 64 }
+    }
+}
+
+impl IpPrefix {
+    /// The network `ip` belongs to, written as the key part: the bare address
+    /// for a full-length prefix, `network/len` otherwise. Lengths past the
+    /// family's width count as the full width.
+    pub fn network(&self, ip: IpAddr) -> String {
+        let mut out = String::new();
+        self.write_network(ip, &mut out);
+        out
+    }
+
+    /// [`network`](IpPrefix::network), appended to `out`.
+    pub fn write_network(&self, ip: IpAddr, out: &mut String) {
+        let (len, full) = match ip {
+            IpAddr::V4(_) => (self.v4.min(32), 32),
+            IpAddr::V6(_) => (self.v6.min(128), 128),
+        };
+        match ip {
+            // The common case, on every request: no formatting machinery.
+            IpAddr::V4(v4) if len == full => {
+                let mut digits = itoa::Buffer::new();
+                for (i, octet) in v4.octets().into_iter().enumerate() {
+                    if i > 0 {
+                        out.push('.');
+                    }
+                    out.push_str(digits.format(octet));
+                }
+            }
+            _ => {
+                let net = IpNet::new(ip, len).map_or(IpNet::from(ip), |n| n.trunc());
+                let _ = if len == full {
+                    write!(out, "{}", net.addr())
+                } else {
+                    write!(out, "{net}")
+                };
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resolve(ip: &ClientIp, peer: &str, lines: &[&str]) -> Option<IpAddr> {
+        ip.resolve_from(peer.parse().ok(), lines.iter().map(|l| l.as_bytes()))
+    }
+
+    fn xff_behind(nets: &[&str]) -> ClientIp {
+        ClientIp::behind(
+            nets.iter().map(|n| n.parse().unwrap()),
+            ForwardedHeader::XForwardedFor,
+        )
+    }
+
+    #[test]
+    fn untrusted_peer_ignores_headers() {
+        let ip = ClientIp::socket();
+        assert_eq!(
+            resolve(&ip, "198.51.100.1", &["6.6.6.6"]),
+            "198.51.100.1".parse().ok()
+        );
+        let ip = xff_behind(&["10.0.0.0/8"]);
+        assert_eq!(
+            resolve(&ip, "198.51.100.1", &["6.6.6.6"]),
+            "198.51.100.1".parse().ok()
+        );
+    }
+
+    #[test]
+    fn walks_from_the_right_over_lines_and_hops() {
+        let ip = xff_behind(&["10.0.0.0/8", "192.168.0.0/16"]);
+        let got = resolve(
+            &ip,
+            "10.0.0.1",
+            &["1.1.1.1, 203.0.113.5", "192.168.1.1, 10.9.9.9"],
+        );
+        assert_eq!(got, "203.0.113.5".parse().ok());
+        // Every hop trusted: the leftmost one we could vouch for.
+        assert_eq!(
+            resolve(&ip, "10.0.0.1", &["10.1.1.1"]),
+            "10.1.1.1".parse().ok()
+        );
+        assert_eq!(resolve(&ip, "10.0.0.1", &[]), "10.0.0.1".parse().ok());
+    }
+
+    #[test]
+    fn garbage_stops_at_the_nearest_trusted_hop() {
+        let ip = xff_behind(&["10.0.0.0/8"]);
+        assert_eq!(
+            resolve(&ip, "10.0.0.1", &["1.2.3.4, bogus, 10.0.0.3"]),
+            "10.0.0.3".parse().ok()
+        );
+        assert_eq!(resolve(&ip, "10.0.0.1", &[]), "10.0.0.1".parse().ok());
+        let binary: &[u8] = b"\xff\xfe";
+        assert_eq!(
+            ip.resolve_from("10.0.0.1".parse().ok(), [binary].into_iter()),
+            "10.0.0.1".parse().ok()
+        );
+    }
+
+    #[test]
+    fn ports_brackets_and_mapped_addresses() {
+        let ip = xff_behind(&["10.0.0.0/8"]);
+        assert_eq!(
+            resolve(&ip, "10.0.0.1", &["1.2.3.4:555"]),
+            "1.2.3.4".parse().ok()
+        );
+        assert_eq!(
+            resolve(&ip, "10.0.0.1", &["[2001:db8::1]:443"]),
+            "2001:db8::1".parse().ok()
+        );
+        assert_eq!(
+            resolve(&ip, "::ffff:10.0.0.1", &["::ffff:1.2.3.4"]),
+            "1.2.3.4".parse().ok()
+        );
+    }
+
+    #[test]
+    fn rfc7239_forwarded() {
+        let ip = ClientIp::behind(["10.0.0.0/8".parse().unwrap()], ForwardedHeader::Forwarded);
+        let got = resolve(
+            &ip,
+            "10.0.0.1",
+            &[r#"for=6.6.6.6, for="[2001:db8:cafe::17]:4711";proto=https, for=10.0.0.2"#],
+        );
+        assert_eq!(got, "2001:db8:cafe::17".parse().ok());
+        assert_eq!(
+            resolve(&ip, "10.0.0.1", &["for=unknown, for=10.0.0.2"]),
+            "10.0.0.2".parse().ok()
+        );
+    }
+
+    proptest::proptest! {
+        // Whatever a client writes in front of the hops our proxies append,
+        // its key does not change.
+        #[test]
+        fn a_client_cannot_choose_its_address(spoof in "[ -~]{0,80}", client in proptest::prelude::any::<[u8; 4]>()) {
+            let ip = xff_behind(&["10.0.0.0/8"]);
+            let client = IpAddr::from(client);
+            proptest::prop_assume!(!ip.trusts(client));
+            let honest = format!("{client}, 10.0.0.7");
+            let spoofed = format!("{spoof}, {client}, 10.0.0.7");
+            proptest::prop_assert_eq!(resolve(&ip, "10.0.0.1", &[&honest]), Some(client));
+            proptest::prop_assert_eq!(resolve(&ip, "10.0.0.1", &[&spoof, &honest]), Some(client));
+            proptest::prop_assert_eq!(resolve(&ip, "10.0.0.1", &[&spoofed]), Some(client));
+        }
+    }
+
+    #[test]
+    fn prefixes() {
+        let p = IpPrefix::default();
+        assert_eq!(p.network("192.0.2.9".parse().unwrap()), "192.0.2.9");
+        assert_eq!(p.network("0.10.255.1".parse().unwrap()), "0.10.255.1");
+        assert_eq!(
+            p.network("2001:db8:1:2:aaaa::1".parse().unwrap()),
+            "2001:db8:1:2::/64"
+        );
+        let p = IpPrefix { v4: 24, v6: 200 };
+        assert_eq!(p.network("192.0.2.9".parse().unwrap()), "192.0.2.0/24");
+        assert_eq!(p.network("2001:db8::1".parse().unwrap()), "2001:db8::1");
+    }
+}

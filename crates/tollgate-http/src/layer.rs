@@ -1,0 +1,251 @@
+//! [`RateLimit`]: the tower [`Layer`], built from rules over one backend.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::StatusCode;
+use metrics::SharedString;
+use tollgate::{Backend, BackendError};
+use tower_layer::Layer;
+
+use crate::answer::{problem_json, BodyWriter};
+use crate::fields::{secs_up, valid_name, write_policy_item, PolicyItem};
+use crate::{ClientIp, KillSwitch, RateLimitService, Rule};
+
+/// Rate limiting for a tower service (an axum `Router`, a hyper service):
+/// every request is checked against the rules that match it, in order, and
+/// either reaches the service (perhaps after a queueing delay) or is answered
+/// by the layer.
+///
+/// A request is admitted only if every enforcing rule admits it; when one
+/// denies, the charges the others made for it are refunded, so a refused
+/// request costs nothing.
+///
+/// ```
+/// use axum::{routing::get, Router};
+/// use tollgate::{Algorithm, Limit, MemoryBackend, Quota};
+/// use tollgate_http::{RateLimit, Rule};
+///
+/// let per_ip = Limit::new(Algorithm::Gcra, Quota::per_minute(100).unwrap());
+/// let limit = RateLimit::builder(MemoryBackend::new())
+///     .rule(Rule::new("per-ip", per_ip))
+///     .build()
+///     .unwrap();
+/// let app: Router = Router::new().route("/", get(|| async { "hello" })).layer(limit);
+/// ```
+pub struct RateLimit<B> {
+    gate: Arc<Gate<B>>,
+}
+
+impl<B> Clone for RateLimit<B> {
+    fn clone(&self) -> Self {
+        RateLimit {
+            gate: Arc::clone(&self.gate),
+        }
+    }
+}
+
+impl<B: Backend> RateLimit<B> {
+    /// Starts a layer over `backend`.
+    pub fn builder(backend: B) -> RateLimitBuilder<B> {
+        RateLimitBuilder {
+            backend,
+            rules: Vec::new(),
+            client_ip: ClientIp::socket(),
+            switch: KillSwitch::new(),
+            options: Options::default(),
+        }
+    }
+
+    /// The layer's kill switch (see [`KillSwitch`]).
+    pub fn kill_switch(&self) -> KillSwitch {
+        self.gate.switch.clone()
+    }
+}
+
+impl<S, B> Layer<S> for RateLimit<B> {
+    type Service = RateLimitService<S, B>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        RateLimitService::new(inner, Arc::clone(&self.gate))
+    }
+}
+
+/// Builds a [`RateLimit`].
+pub struct RateLimitBuilder<B> {
+    backend: B,
+    rules: Vec<Rule>,
+    client_ip: ClientIp,
+    switch: KillSwitch,
+    options: Options,
+}
+
+/// Why a layer could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    /// A rule name must be printable ASCII, so it can name a header field's
+    /// list member as it is.
+    #[error("rule name `{}` must be non-empty printable ASCII", .0.escape_debug())]
+    BadName(String),
+    /// Two rules share a name.
+    #[error("two rules are named `{0}`")]
+    DuplicateName(String),
+    /// The backend cannot enforce a rule's policy.
+    #[error("rule `{rule}`: {error}")]
+    Policy {
+        /// The rule's name.
+        rule: String,
+        /// Why.
+        error: BackendError,
+    },
+}
+
+impl<B: Backend> RateLimitBuilder<B> {
+    /// Adds a rule; rules are decided in the order added.
+    pub fn rule(mut self, rule: Rule) -> Self {
+        self.rules.push(rule);
+        self
+    }
+
+    /// How the client's address is found (the socket peer by default).
+    pub fn client_ip(mut self, client_ip: ClientIp) -> Self {
+        self.client_ip = client_ip;
+        self
+    }
+
+    /// Shares this kill switch instead of a new one.
+    pub fn kill_switch(mut self, switch: KillSwitch) -> Self {
+        self.switch = switch;
+        self
+    }
+
+    /// Whether admitted responses carry `RateLimit-Policy` and `RateLimit`
+    /// (on by default).
+    pub fn admitted_fields(mut self, on: bool) -> Self {
+        self.options.admitted_fields = on;
+        self
+    }
+
+    /// Whether responses also carry the legacy `X-RateLimit-Limit`,
+    /// `-Remaining` and `-Reset` of the tightest rule (off by default).
+    pub fn legacy_fields(mut self, on: bool) -> Self {
+        self.options.legacy_fields = on;
+        self
+    }
+
+    /// The status for a cost that can never fit (413 by default).
+    pub fn too_large_status(mut self, status: StatusCode) -> Self {
+        self.options.too_large = status;
+        self
+    }
+
+    /// The `Retry-After` of a 503 when a fail-closed rule's store fails
+    /// (1 s by default; rounded up to whole seconds, at least 1).
+    pub fn unavailable_retry_after(mut self, wait: Duration) -> Self {
+        let ns = u64::try_from(wait.as_nanos()).unwrap_or(u64::MAX);
+        self.options.unavailable_retry_after = secs_up(ns).max(1);
+        self
+    }
+
+    /// Replaces the refusal body (RFC 9457 problem details by default).
+    pub fn body(mut self, writer: BodyWriter) -> Self {
+        self.options.body = writer;
+        self
+    }
+
+    /// The layer, once every rule's name and policy are checked.
+    pub fn build(self) -> Result<RateLimit<B>, BuildError> {
+        let mut rules = Vec::with_capacity(self.rules.len());
+        for rule in self.rules {
+            if !valid_name(&rule.name) {
+                return Err(BuildError::BadName(rule.name.to_string()));
+            }
+            if rules.iter().any(|c: &Compiled| c.rule.name == rule.name) {
+                return Err(BuildError::DuplicateName(rule.name.to_string()));
+            }
+            self.backend
+                .validate(&rule.policy)
+                .map_err(|error| BuildError::Policy {
+                    rule: rule.name.to_string(),
+                    error,
+                })?;
+            rules.push(Compiled::new(rule));
+        }
+        Ok(RateLimit {
+            gate: Arc::new(Gate {
+                backend: self.backend,
+                rules,
+                client_ip: self.client_ip,
+                switch: self.switch,
+                options: self.options,
+            }),
+        })
+    }
+}
+
+/// Everything a request's check needs, shared by every clone of the service.
+pub(crate) struct Gate<B> {
+    pub(crate) backend: B,
+    pub(crate) rules: Vec<Compiled>,
+    pub(crate) client_ip: ClientIp,
+    pub(crate) switch: KillSwitch,
+    pub(crate) options: Options,
+}
+
+/// A rule with what its answers need worked out once.
+pub(crate) struct Compiled {
+    pub(crate) rule: Rule,
+    /// The name as a metric label, shared rather than copied per request.
+    pub(crate) metric: SharedString,
+    /// `q` and `w` of `RateLimit-Policy`: the policy's first limit.
+    pub(crate) quota: u64,
+    pub(crate) window: u64,
+    /// The rule's `RateLimit-Policy` member, the same on every response
+    /// unless it carries a partition key.
+    pub(crate) policy_member: String,
+}
+
+impl Compiled {
+    fn new(rule: Rule) -> Self {
+        let first = rule.policy.limits()[0].quota;
+        let (quota, window) = (first.limit(), secs_up(first.period_ns()).max(1));
+        let mut policy_member = String::new();
+        write_policy_item(
+            &mut policy_member,
+            &PolicyItem {
+                name: &rule.name,
+                quota,
+                window,
+                unit: rule.unit.as_deref(),
+                partition: None,
+            },
+        );
+        Compiled {
+            metric: SharedString::from_shared(Arc::clone(&rule.name)),
+            quota,
+            window,
+            policy_member,
+            rule,
+        }
+    }
+}
+
+pub(crate) struct Options {
+    pub(crate) admitted_fields: bool,
+    pub(crate) legacy_fields: bool,
+    pub(crate) too_large: StatusCode,
+    pub(crate) unavailable_retry_after: u64,
+    pub(crate) body: BodyWriter,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            admitted_fields: true,
+            legacy_fields: false,
+            too_large: StatusCode::PAYLOAD_TOO_LARGE,
+            unavailable_retry_after: 1,
+            body: Arc::new(problem_json),
+        }
+    }
+}

@@ -1,0 +1,179 @@
+//! [`RequestView`]: the few facts about a request that rules look at.
+//!
+//! Keys, costs and matchers are pure functions of this view, so the same code
+//! derives keys from a live request (the layer builds the view from
+//! `http::Request` parts) and from a line of an access log (build the view
+//! from the logged fields), and a rule tested offline is the rule that runs.
+//!
+//! ```
+//! use std::net::IpAddr;
+//! use http::HeaderMap;
+//! use tollgate_http::{Labels, RequestView};
+//!
+//! let headers = HeaderMap::new();
+//! let labels = Labels::new().with("tenant", "acme");
+//! let view = RequestView {
+//!     method: "POST",
+//!     path: "/v1/chat",
+//!     query: None,
+//!     host: Some("api.example.com"),
+//!     headers: &headers,
+//!     peer: Some("203.0.113.9".parse::<IpAddr>().unwrap()),
+//!     route: Some("/v1/chat"),
+//!     labels: Some(&labels),
+//! };
+//! assert_eq!(view.label("tenant"), Some("acme"));
+//! ```
+
+use std::net::{IpAddr, SocketAddr};
+
+use http::request::Parts;
+use http::HeaderMap;
+
+/// A request as the rules see it, borrowed from wherever it came from.
+#[derive(Clone, Copy, Debug)]
+pub struct RequestView<'a> {
+    /// The method, upper case (`GET`).
+    pub method: &'a str,
+    /// The path, without the query.
+    pub path: &'a str,
+    /// The query string, without the `?`, if any.
+    pub query: Option<&'a str>,
+    /// The host the client asked for (URI authority or `Host` header), if any.
+    pub host: Option<&'a str>,
+    /// Every header, with repeated lines in arrival order.
+    pub headers: &'a HeaderMap,
+    /// The address of the peer that opened the connection.
+    pub peer: Option<IpAddr>,
+    /// The route template that matched (axum's `MatchedPath`), if known.
+    pub route: Option<&'a str>,
+    /// Values the service's own layers attached (user, tenant): see [`Labels`].
+    pub labels: Option<&'a Labels>,
+}
+
+impl<'a> RequestView<'a> {
+    /// The view of a live request: the peer comes from axum's
+    /// `ConnectInfo<SocketAddr>` or from a [`PeerAddr`] extension (for plain
+    /// hyper services), the route from axum's `MatchedPath`, the labels from
+    /// a [`Labels`] extension.
+    pub fn of(parts: &'a Parts) -> Self {
+        let ext = &parts.extensions;
+        let peer = ext
+            .get::<axum::extract::ConnectInfo<SocketAddr>>()
+            .map(|c| c.0.ip())
+            .or_else(|| ext.get::<PeerAddr>().map(|p| p.0.ip()));
+        let host = parts.uri.host().or_else(|| {
+            parts
+                .headers
+                .get(http::header::HOST)
+                .and_then(|h| h.to_str().ok())
+                .map(strip_port)
+        });
+        RequestView {
+            method: parts.method.as_str(),
+            path: parts.uri.path(),
+            query: parts.uri.query(),
+            host,
+            headers: &parts.headers,
+            peer,
+            route: ext
+                .get::<axum::extract::MatchedPath>()
+                .map(axum::extract::MatchedPath::as_str),
+            labels: ext.get::<Labels>(),
+        }
+    }
+
+    /// The value of label `name`, if the request carries it.
+    pub fn label(&self, name: &str) -> Option<&'a str> {
+        self.labels.and_then(|l| l.get(name))
+    }
+}
+
+/// `host:port` to `host`, keeping a bracketed IPv6 literal whole.
+fn strip_port(host: &str) -> &str {
+    if host.starts_with('[') {
+        return host.find(']').map_or(host, |end| &host[..=end]);
+    }
+    host.rsplit_once(':').map_or(host, |(name, _)| name)
+}
+
+/// The peer's address, for services served by plain hyper: insert it into
+/// each request's extensions (axum's `into_make_service_with_connect_info`
+/// does the same with `ConnectInfo`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PeerAddr(pub SocketAddr);
+
+/// Named values a service's own layers attach to a request (the user or the
+/// tenant its authentication found), for keys such as
+/// [`Key::Label`](crate::Key::Label). In an access log they are ordinary
+/// fields.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Labels(Vec<(String, String)>);
+
+impl Labels {
+    /// No labels.
+    pub fn new() -> Self {
+        Labels::default()
+    }
+
+    /// These labels with `name` set to `value` (replacing an earlier value).
+    pub fn with(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.set(name, value);
+        self
+    }
+
+    /// Sets `name` to `value`, replacing an earlier value.
+    pub fn set(&mut self, name: impl Into<String>, value: impl Into<String>) {
+        let (name, value) = (name.into(), value.into());
+        match self.0.iter_mut().find(|(n, _)| *n == name) {
+            Some(slot) => slot.1 = value,
+            None => self.0.push((name, value)),
+        }
+    }
+
+    /// The value of `name`.
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_without_port() {
+        assert_eq!(strip_port("example.com:8080"), "example.com");
+        assert_eq!(strip_port("example.com"), "example.com");
+        assert_eq!(strip_port("[2001:db8::1]:443"), "[2001:db8::1]");
+    }
+
+    #[test]
+    fn view_of_parts_reads_extensions() {
+        let mut req = http::Request::get("http://h.example:81/a?b=1")
+            .body(())
+            .unwrap();
+        req.extensions_mut()
+            .insert(PeerAddr("192.0.2.1:5000".parse().unwrap()));
+        req.extensions_mut()
+            .insert(Labels::new().with("user", "u1"));
+        let (parts, ()) = req.into_parts();
+        let view = RequestView::of(&parts);
+        assert_eq!(view.path, "/a");
+        assert_eq!(view.query, Some("b=1"));
+        assert_eq!(view.host, Some("h.example"));
+        assert_eq!(view.peer, Some("192.0.2.1".parse().unwrap()));
+        assert_eq!(view.label("user"), Some("u1"));
+        assert_eq!(view.label("tenant"), None);
+    }
+
+    #[test]
+    fn labels_replace() {
+        let mut l = Labels::new().with("a", "1");
+        l.set("a", "2");
+        assert_eq!(l.get("a"), Some("2"));
+    }
+}
