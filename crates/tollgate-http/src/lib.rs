@@ -70,6 +70,7 @@ pub mod fields;
 mod ip;
 mod key;
 mod layer;
+pub mod learn;
 mod matcher;
 pub mod observe;
 mod rule;
