@@ -64,6 +64,7 @@
 mod admit;
 mod answer;
 mod body;
+pub mod client;
 mod cost;
 mod digest;
 pub mod fields;
