@@ -9,6 +9,7 @@ use tollgate_core::Quota;
 
 use crate::metrics::{worst_span, WaitStats};
 use crate::run::{Lane, Outcome};
+use crate::scenarios::retry_storm::StormReport;
 use crate::scenarios::{accuracy::AccuracyReport, equivalence::PatternRow};
 use crate::table::Table;
 
@@ -182,6 +183,8 @@ pub enum Details {
     },
     /// The many-keys accuracy study.
     Accuracy(AccuracyReport),
+    /// Retry strategies against a server whose capacity dips.
+    RetryStorm(StormReport),
 }
 
 /// Everything one scenario found.
@@ -352,6 +355,7 @@ fn tables(s: &ScenarioReport) -> Vec<Table> {
             out.push(t);
         }
         Details::Accuracy(a) => out.extend(a.tables()),
+        Details::RetryStorm(r) => out.extend(r.tables()),
     }
     out
 }

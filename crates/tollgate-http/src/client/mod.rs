@@ -11,15 +11,20 @@
 //! ```
 //! use std::time::Duration;
 //! use tollgate::{Algorithm, Limit, Quota};
-//! use tollgate_http::client::{Outbound, OutboundLayer};
-//!
-//! // At most 50 requests a minute to each host, evenly spread.
+//! use tollgate_http::client::{Outbound, OutboundMiddleware};
+//! // At most 50 requests a minute per host, evenly spread; 429/503 retried within a 10% budget.
 //! let limit = Limit::new(Algorithm::Gcra, Quota::per_minute(50)?);
-//! let outbound = Outbound::new(limit)?.deadline(Duration::from_secs(20));
-//! let layer = OutboundLayer::new(outbound); // tower::ServiceBuilder::new().layer(layer).service(client)
-//! # let _ = layer;
+//! let outbound = Outbound::new(limit)?.deadline(Duration::from_secs(20)).idempotency_keys(true);
+//! let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
+//!     .with(OutboundMiddleware::new(outbound)).build();
+//! // let answer = client.post("https://api.example.com/v1/orders").send().await?;
+//! # let _ = client;
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+//!
+//! For hyper-util's `Client` (or any tower HTTP client), the same
+//! `Outbound` goes in an [`OutboundLayer`]:
+//! `ServiceBuilder::new().layer(OutboundLayer::new(outbound)).service(client)`.
 //!
 //! Per request, in order:
 //!

@@ -6,6 +6,7 @@ pub mod adversarial;
 pub mod batches;
 pub mod boundary_burst;
 pub mod equivalence;
+pub mod retry_storm;
 pub mod seed004;
 
 use std::fmt;
@@ -38,11 +39,13 @@ pub enum Name {
     Equivalence,
     /// Seed 000's many-keys study of the sliding counter.
     Accuracy,
+    /// Four ways to retry into a limited server whose capacity dips.
+    RetryStorm,
 }
 
 impl Name {
     /// Every scenario, in the order `tollgate simulate` runs them.
-    pub const ALL: [Name; 8] = [
+    pub const ALL: [Name; 9] = [
         Name::BoundaryBurst,
         Name::Batches,
         Name::Adversarial,
@@ -51,6 +54,7 @@ impl Name {
         Name::BoundaryAttack,
         Name::Equivalence,
         Name::Accuracy,
+        Name::RetryStorm,
     ];
 
     /// The command-line name.
@@ -64,6 +68,7 @@ impl Name {
             Name::BoundaryAttack => "boundary-attack",
             Name::Equivalence => "equivalence",
             Name::Accuracy => "accuracy",
+            Name::RetryStorm => "retry-storm",
         }
     }
 }
@@ -149,6 +154,7 @@ impl Name {
             Name::BoundaryAttack => seed004::boundary_attack(),
             Name::Equivalence => equivalence::run(),
             Name::Accuracy => return accuracy::run(&options.accuracy, progress),
+            Name::RetryStorm => retry_storm::run(),
         };
         progress.advance(1);
         scenario
