@@ -12,7 +12,7 @@ use tollgate_core::{Algorithm, Quota, RetryAfter, State};
 
 use super::Scenario;
 use crate::charts::{Chart, Panel, Reference, Series};
-use crate::report::{Details, ScenarioReport};
+use crate::report::{Check, Details, ScenarioReport};
 use crate::rng::PyRandom;
 use crate::table::Table;
 
@@ -327,6 +327,7 @@ pub fn run() -> Scenario {
         ],
     };
     let requests = rows.first().map_or(0, |r| r.requests);
+    let checks = checks(&rows);
     Scenario {
         report: ScenarioReport {
             name: "retry-storm",
@@ -342,7 +343,7 @@ pub fn run() -> Scenario {
             requests,
             rows: Vec::new(),
             details: Details::RetryStorm(StormReport { rows }),
-            checks: Vec::new(),
+            checks,
             notes: vec![
                 "Load counts every attempt that reaches the server, refused or not. Retrying \
                  at once multiplies the load during the dip and keeps clients refused by their \
@@ -365,6 +366,34 @@ pub fn run() -> Scenario {
         },
         charts: vec![chart],
     }
+}
+
+/// The seeds' two claims: the loop asks about ten times a second, and
+/// clients that back off with jitter and cap their retries do not storm.
+fn checks(rows: &[StormRow]) -> Vec<Check> {
+    let row = |s| {
+        rows.iter()
+            .find(|r| r.strategy == s)
+            .expect("every strategy ran")
+    };
+    let (storm, shaped) = (row(Strategy::Loop), row(Strategy::Shaped));
+    let per_client = storm.load_peak as f64 / CLIENTS as f64;
+    vec![
+        Check::judged(
+            "retry loop: attempts a second per waiting client at the peak",
+            "about 10".into(),
+            format!("{per_client:.1}"),
+            (5.0..=10.0).contains(&per_client),
+            "the loop retries every 100 ms, so at most 10 a second per client",
+        ),
+        Check::judged(
+            "client layer: peak server load against the loop's",
+            "far below (backoff, jitter, capped retries)".into(),
+            format!("{} vs {}", shaped.load_peak, storm.load_peak),
+            shaped.load_peak * 3 < storm.load_peak,
+            "the shaped clients stormed",
+        ),
+    ]
 }
 
 #[cfg(test)]
