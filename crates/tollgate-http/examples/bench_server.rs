@@ -6,9 +6,10 @@
 //! wrk -t2 -c64 -d10s --latency -s crates/tollgate-http/benches/wrk-keys.lua http://127.0.0.1:8080/v1/items
 //! ```
 //!
-//! MODE: `bare`; `one` (per client address), `three` (plus per API key and
-//! per key and route) or `redis` (`one` over a Redis it starts on a free
-//! port), all tollgate-http; `governor` (tower_governor keyed by address).
+//! MODE: `bare`; `one` (per client address), `one-quiet` (the same without
+//! the RateLimit fields on admitted responses), `three` (plus per API key and
+//! per API key and endpoint) or `redis` (`one` over a Redis it starts on a
+//! free port), all tollgate-http; `governor` (tower_governor keyed by address).
 //! `admit` gives every key far more than it asks for; `refuse` one request
 //! an hour, so after a key's first request every one is refused.
 
@@ -27,12 +28,15 @@ use tower_governor::GovernorLayer;
 #[path = "../benches/bench_rules.rs"]
 mod bench_rules;
 
-fn layer<B: Backend>(backend: B, rules: usize, refuse: bool) -> RateLimit<B> {
+/// `rules` of the shared set; `fields`: RateLimit fields on admitted responses.
+fn layer<B: Backend>(backend: B, rules: usize, refuse: bool, fields: bool) -> RateLimit<B> {
     let trusted = ClientIp::behind(
         ["127.0.0.0/8".parse().unwrap()],
         ForwardedHeader::XForwardedFor,
     );
-    let mut builder = RateLimit::builder(backend).client_ip(trusted);
+    let mut builder = RateLimit::builder(backend)
+        .client_ip(trusted)
+        .admitted_fields(fields);
     for rule in bench_rules::rules(refuse).into_iter().take(rules) {
         builder = builder.rule(rule);
     }
@@ -45,7 +49,9 @@ async fn main() {
     let (mode, refuse) = match args.as_slice() {
         [mode, how, ..] if how == "admit" || how == "refuse" => (mode.as_str(), how == "refuse"),
         _ => {
-            eprintln!("usage: bench_server bare|one|three|redis|governor admit|refuse [PORT]");
+            eprintln!(
+                "usage: bench_server bare|one|one-quiet|three|redis|governor admit|refuse [PORT]"
+            );
             std::process::exit(2);
         }
     };
@@ -54,15 +60,16 @@ async fn main() {
     let mut redis = None;
     let app = match mode {
         "bare" => app,
-        "one" => app.layer(layer(MemoryBackend::new(), 1, refuse)),
-        "three" => app.layer(layer(MemoryBackend::new(), 3, refuse)),
+        "one" => app.layer(layer(MemoryBackend::new(), 1, refuse, true)),
+        "one-quiet" => app.layer(layer(MemoryBackend::new(), 1, refuse, false)),
+        "three" => app.layer(layer(MemoryBackend::new(), 3, refuse, true)),
         "redis" => {
             let server = tollgate_redis::harness::RedisServer::start().expect("redis-server");
             let backend = tollgate_redis::RedisBackend::connect(&server.url())
                 .await
                 .unwrap();
             redis = Some(server);
-            app.layer(layer(backend, 1, refuse))
+            app.layer(layer(backend, 1, refuse, true))
         }
         "governor" => {
             let mut config = GovernorConfigBuilder::default().key_extractor(SmartIpKeyExtractor);

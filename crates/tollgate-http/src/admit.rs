@@ -22,7 +22,7 @@ use crate::fields::{
     RATELIMIT, RATELIMIT_POLICY, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET,
 };
 use crate::layer::Gate;
-use crate::observe::{count, settle_failed, Outcome};
+use crate::observe::{Op, Outcome};
 use crate::{
     digest, digest_bytes, CostError, Fallback, KeyError, LimitBody, MissingKey, Mode, OnStoreError,
     RequestView,
@@ -46,22 +46,6 @@ pub(crate) struct Entry {
     charged: bool,
     /// Enforcing: reported in the response's fields.
     shown: bool,
-}
-
-/// A settlement after the decision.
-#[derive(Clone, Copy)]
-enum Op {
-    Refund,
-    Force,
-}
-
-impl Op {
-    fn name(self) -> &'static str {
-        match self {
-            Op::Refund => "refund",
-            Op::Force => "force",
-        }
-    }
 }
 
 /// The layer's verdict on a request.
@@ -110,7 +94,7 @@ impl<B: Backend> Gate<B> {
 
     fn bad_request(&self, rule: usize, status: StatusCode, reason: Reason) -> Refusal {
         let compiled = &self.rules[rule];
-        count(&compiled.metric, Outcome::BadRequest);
+        compiled.metrics.count(Outcome::BadRequest);
         Refusal {
             status,
             rule: compiled.rule.name.clone(),
@@ -143,7 +127,7 @@ impl<B: Backend> Gate<B> {
                     tracing::warn!(rule = %compiled.rule.name, key = %digest(key.as_bytes()), %error,
                         fail = if closed { "closed" } else { "open" }, "rate limit store failed");
                     if closed {
-                        count(&compiled.metric, Outcome::FailedClosed);
+                        compiled.metrics.count(Outcome::FailedClosed);
                         self.refund_all(&mut entries).await;
                         let retry_after = self.options.unavailable_retry_after;
                         return self.refuse(
@@ -153,7 +137,7 @@ impl<B: Backend> Gate<B> {
                             entries,
                         );
                     }
-                    count(&compiled.metric, Outcome::FailedOpen);
+                    compiled.metrics.count(Outcome::FailedOpen);
                     continue;
                 }
             };
@@ -166,7 +150,7 @@ impl<B: Backend> Gate<B> {
                 shown: !shadow,
             };
             if decision.allowed {
-                count(&compiled.metric, Outcome::Allowed);
+                compiled.metrics.count(Outcome::Allowed);
                 if !shadow {
                     delay = delay.max(decision.delay);
                 }
@@ -177,7 +161,7 @@ impl<B: Backend> Gate<B> {
                 // What a dark launch is for: seen at the default level.
                 tracing::info!(rule = %compiled.rule.name, key = %digest(entry.key.as_bytes()), cost,
                     remaining = decision.remaining, retry_after_ms = retry_ms(&decision), "shadow rule would deny");
-                count(&compiled.metric, Outcome::ShadowDenied);
+                compiled.metrics.count(Outcome::ShadowDenied);
                 continue;
             }
             // Denials come in floods under attack: debug, and counted.
@@ -204,7 +188,7 @@ impl<B: Backend> Gate<B> {
                     Reason::Limited { retry_after: 1 },
                 ),
             };
-            count(&compiled.metric, outcome);
+            compiled.metrics.count(outcome);
             return self.refuse(rule, status, reason, entries);
         }
         Verdict::Admit { entries, delay }
@@ -251,7 +235,7 @@ impl<B: Backend> Gate<B> {
                     entry.charged = false;
                 }
                 Err(error) => {
-                    settle_failed(&compiled.metric, Op::Refund.name());
+                    compiled.metrics.settle_failed(Op::Refund);
                     tracing::warn!(rule = %compiled.rule.name, key = %digest(entry.key.as_bytes()), %error, "refund failed; the charge stands");
                 }
             }
@@ -263,7 +247,7 @@ impl<B: Backend> Gate<B> {
     pub(crate) async fn abandon(&self, mut entries: Vec<Entry>) {
         self.refund_all(&mut entries).await;
         for entry in &entries {
-            count(&self.rules[entry.rule].metric, Outcome::Abandoned);
+            self.rules[entry.rule].metrics.count(Outcome::Abandoned);
         }
     }
 
@@ -298,7 +282,7 @@ impl<B: Backend> Gate<B> {
                     entry.cost = actual;
                 }
                 Err(error) => {
-                    settle_failed(&compiled.metric, op.name());
+                    compiled.metrics.settle_failed(op);
                     tracing::warn!(rule = %compiled.rule.name, key = %digest(entry.key.as_bytes()), %error, op = op.name(), "reconciling the cost failed");
                 }
             }

@@ -84,11 +84,15 @@ pub fn valid_name(name: &str) -> bool {
 
 fn sf_string(out: &mut String, s: &str) {
     out.push('"');
-    for c in s.chars() {
-        if c == '"' || c == '\\' {
-            out.push('\\');
+    if s.contains(['"', '\\']) {
+        for c in s.chars() {
+            if c == '"' || c == '\\' {
+                out.push('\\');
+            }
+            out.push(c);
         }
-        out.push(c);
+    } else {
+        out.push_str(s);
     }
     out.push('"');
 }

@@ -4,12 +4,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::StatusCode;
-use metrics::SharedString;
 use tollgate::{Backend, BackendError};
 use tower_layer::Layer;
 
 use crate::answer::{problem_json, BodyWriter};
 use crate::fields::{secs_up, valid_name, write_policy_item, PolicyItem};
+use crate::observe::RuleMetrics;
 use crate::{ClientIp, KillSwitch, RateLimitService, Rule};
 
 /// Rate limiting for a tower service (an axum `Router`, a hyper service):
@@ -195,8 +195,8 @@ pub(crate) struct Gate<B> {
 /// A rule with what its answers need worked out once.
 pub(crate) struct Compiled {
     pub(crate) rule: Rule,
-    /// The name as a metric label, shared rather than copied per request.
-    pub(crate) metric: SharedString,
+    /// The rule's metric keys.
+    pub(crate) metrics: RuleMetrics,
     /// `q` and `w` of `RateLimit-Policy`: the policy's first limit.
     pub(crate) quota: u64,
     pub(crate) window: u64,
@@ -221,7 +221,7 @@ impl Compiled {
             },
         );
         Compiled {
-            metric: SharedString::from_shared(Arc::clone(&rule.name)),
+            metrics: RuleMetrics::new(&rule.name),
             quota,
             window,
             policy_member,
