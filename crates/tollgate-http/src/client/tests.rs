@@ -68,20 +68,28 @@ async fn call(
     (result, attempts.load(Ordering::SeqCst), clock.now() - start)
 }
 
+/// [`call`] with a GET through a fresh [`outbound`].
+async fn get(
+    clock: &FakeClock,
+    answers: Vec<(u16, Option<&'static str>)>,
+) -> (Result<StatusCode, String>, u32, u64) {
+    call(
+        clock,
+        outbound(clock),
+        Method::GET,
+        HeaderMap::new(),
+        answers,
+    )
+    .await
+}
+
 const SEC: u64 = 1_000_000_000;
 
 #[tokio::test]
 async fn retries_after_what_the_server_said() {
     let clock = FakeClock::new();
     let answers = vec![(429, Some("2")), (200, None)];
-    let (result, attempts, took) = call(
-        &clock,
-        outbound(&clock),
-        Method::GET,
-        HeaderMap::new(),
-        answers,
-    )
-    .await;
+    let (result, attempts, took) = get(&clock, answers).await;
     assert_eq!(result, Ok(StatusCode::OK));
     assert_eq!(attempts, 2);
     assert!((2 * SEC..2 * SEC + SEC / 10).contains(&took), "{took}");
@@ -90,14 +98,7 @@ async fn retries_after_what_the_server_said() {
 #[tokio::test]
 async fn backs_off_with_jitter_and_stops_at_the_attempt_cap() {
     let clock = FakeClock::new();
-    let (result, attempts, took) = call(
-        &clock,
-        outbound(&clock),
-        Method::GET,
-        HeaderMap::new(),
-        vec![(503, None)],
-    )
-    .await;
+    let (result, attempts, took) = get(&clock, vec![(503, None)]).await;
     assert_eq!(result, Ok(StatusCode::SERVICE_UNAVAILABLE));
     assert_eq!(attempts, Retry::default().max_attempts);
     // Full jitter: at most 100 + 200 + 400 ms in all (plus the fake
@@ -108,14 +109,7 @@ async fn backs_off_with_jitter_and_stops_at_the_attempt_cap() {
 #[tokio::test]
 async fn a_wait_past_the_total_cap_is_not_taken() {
     let clock = FakeClock::new();
-    let (result, attempts, took) = call(
-        &clock,
-        outbound(&clock),
-        Method::GET,
-        HeaderMap::new(),
-        vec![(429, Some("120"))],
-    )
-    .await;
+    let (result, attempts, took) = get(&clock, vec![(429, Some("120"))]).await;
     assert_eq!(result, Ok(StatusCode::TOO_MANY_REQUESTS));
     assert_eq!((attempts, took), (1, 0));
 }
