@@ -240,13 +240,13 @@ impl<C: Clock + Clone> Outbound<C> {
         let give_up = start.saturating_add(shape::nanos(self.deadline));
         let stop_retrying = start.saturating_add(shape::nanos(self.retry.max_total));
         self.budget.deposit();
+        let within = |now: u64| Duration::from_nanos(give_up.saturating_sub(now));
+        self.shaper
+            .admit(&key, cost, within(clock.now()))
+            .await
+            .map_err(ClientError::Shaped)?;
         let mut attempt = 1;
         loop {
-            let within = Duration::from_nanos(give_up.saturating_sub(clock.now()));
-            self.shaper
-                .admit(&key, cost, within)
-                .await
-                .map_err(ClientError::Shaped)?;
             let result = send().await;
             let (again, told) = match &result {
                 Ok(answer) => {
@@ -270,8 +270,18 @@ impl<C: Clock + Clone> Outbound<C> {
             if retry_at > stop_retrying || retry_at > give_up || !self.budget.withdraw() {
                 return result.map_err(ClientError::Upstream);
             }
-            attempt += 1;
             clock.sleep(delay).await;
+            // A retry the shaper cannot fit before the deadline is not
+            // made: the caller gets the answer it already has.
+            if self
+                .shaper
+                .admit(&key, cost, within(clock.now()))
+                .await
+                .is_err()
+            {
+                return result.map_err(ClientError::Upstream);
+            }
+            attempt += 1;
         }
     }
 }

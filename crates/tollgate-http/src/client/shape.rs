@@ -157,7 +157,7 @@ pub(crate) fn nanos(duration: Duration) -> u64 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use std::sync::Arc;
     use tollgate::{Algorithm, FakeClock, Limit, Quota};
@@ -170,12 +170,13 @@ mod tests {
         ))
     }
 
-    /// Moves the clock to each sleeper's wake-up time until `task` ends.
-    async fn drive<T>(clock: &FakeClock, task: tokio::task::JoinHandle<T>) -> T {
+    /// Runs `task` to its end, moving the clock 10 ms at a time whenever
+    /// something sleeps on it.
+    pub(crate) async fn drive<T>(clock: &FakeClock, task: tokio::task::JoinHandle<T>) -> T {
         while !task.is_finished() {
             tokio::task::yield_now().await;
             if clock.sleepers() > 0 {
-                clock.advance(Duration::from_millis(1));
+                clock.advance(Duration::from_millis(10));
             }
         }
         task.await.unwrap()

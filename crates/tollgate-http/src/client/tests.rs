@@ -7,6 +7,7 @@ use std::time::Duration;
 use http::{HeaderMap, Method, Response, StatusCode};
 use tollgate::{Algorithm, Clock, FakeClock, Limit, Quota};
 
+use super::shape::tests::drive;
 use super::*;
 
 fn outbound(clock: &FakeClock) -> Arc<Outbound<FakeClock>> {
@@ -58,13 +59,7 @@ async fn call(
                 .map_err(|e| format!("{e:?}"))
         }
     });
-    while !task.is_finished() {
-        tokio::task::yield_now().await;
-        if clock.sleepers() > 0 {
-            clock.advance(Duration::from_millis(10));
-        }
-    }
-    let result = task.await.unwrap();
+    let result = drive(clock, task).await;
     (result, attempts.load(Ordering::SeqCst), clock.now() - start)
 }
 
@@ -267,4 +262,40 @@ async fn a_spent_budget_announced_by_the_server_pauses_the_host() {
     .await;
     assert_eq!((result, attempts), (Ok(StatusCode::OK), 1));
     assert!((20 * SEC..21 * SEC).contains(&took), "{took}");
+}
+
+#[tokio::test]
+async fn a_retry_that_cannot_fit_returns_the_answer_it_has() {
+    let clock = FakeClock::new();
+    let limit = Limit::new(Algorithm::Gcra, Quota::per_second(1000).unwrap());
+    let o = Arc::new(
+        Outbound::with_clock(limit, clock.clone())
+            .unwrap()
+            .deadline(Duration::from_secs(30)),
+    );
+    let attempts = Arc::new(AtomicU32::new(0));
+    let task = tokio::spawn({
+        let (o, attempts) = (o.clone(), attempts.clone());
+        async move {
+            let headers = HeaderMap::new();
+            let out = Outgoing {
+                method: &Method::GET,
+                host: "api.example",
+                path: "/",
+                headers: &headers,
+                replayable: true,
+            };
+            let send = || {
+                attempts.fetch_add(1, Ordering::SeqCst);
+                // While this attempt is out, another answer pauses the host
+                // past the deadline: the retry (due at 5 s) cannot go.
+                o.shaper().pause("api.example", Duration::from_secs(31));
+                async { Ok::<_, ()>(answer(429, Some("5"))) }
+            };
+            o.send(&out, send, |_| false).await.map(|r| r.status())
+        }
+    });
+    let status = drive(&clock, task).await.map_err(|e| format!("{e:?}"));
+    assert_eq!(status, Ok(StatusCode::TOO_MANY_REQUESTS));
+    assert_eq!(attempts.load(Ordering::SeqCst), 1);
 }
