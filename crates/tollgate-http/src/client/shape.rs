@@ -240,6 +240,27 @@ pub(super) mod tests {
     }
 
     #[tokio::test]
+    async fn a_leaky_queue_sends_at_a_steady_rate() {
+        let clock = FakeClock::new();
+        let quota = Quota::per_second(10).unwrap().with_burst(5).unwrap();
+        let s = Arc::new(Shaper::with_clock(
+            Limit::new(Algorithm::LeakyQueue, quota),
+            clock.clone(),
+        ));
+        let mut sent_at = Vec::new();
+        for _ in 0..4 {
+            let task = tokio::spawn({
+                let s = s.clone();
+                async move { s.admit("api", 1, Duration::from_secs(1)).await }
+            });
+            drive(&clock, task).await.unwrap();
+            sent_at.push(clock.now() / 1_000_000);
+        }
+        // Queued back to back, released one emission interval apart.
+        assert_eq!(sent_at, [0, 100, 200, 300]);
+    }
+
+    #[tokio::test]
     async fn settling_refunds_or_charges_the_difference() {
         let clock = FakeClock::new();
         let s = shaper(&clock);
