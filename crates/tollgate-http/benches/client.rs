@@ -14,7 +14,12 @@ use tollgate_http::learn::{learn, DEFAULT_MAX_PAUSE};
 fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
     pairs
         .iter()
-        .map(|(n, v)| (http::HeaderName::from_static(n), HeaderValue::from_static(v)))
+        .map(|(n, v)| {
+            (
+                http::HeaderName::from_static(n),
+                HeaderValue::from_static(v),
+            )
+        })
         .collect()
 }
 
