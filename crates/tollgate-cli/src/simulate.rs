@@ -12,7 +12,8 @@ use tollgate_sim::scenarios::{accuracy, Name, Options};
 #[derive(clap::Args, Debug)]
 #[command(after_help = "\
 Scenarios: boundary-burst, batches, adversarial, poisson, burst-after-idle,
-boundary-attack, equivalence, accuracy (all of them when none is named).
+boundary-attack, equivalence, accuracy, batching, retry-storm (all of them when none
+is named).
 The same command writes byte-identical report.md and report.json every time.")]
 pub struct Args {
     /// Scenarios to run, in order; all of them when none is given.

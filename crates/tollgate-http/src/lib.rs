@@ -64,12 +64,14 @@
 mod admit;
 mod answer;
 mod body;
+pub mod client;
 mod cost;
 mod digest;
 pub mod fields;
 mod ip;
 mod key;
 mod layer;
+pub mod learn;
 mod matcher;
 pub mod observe;
 mod rule;

@@ -1,5 +1,6 @@
 //! The README's "Protect an axum app" code is this crate's first doc test,
-//! line for line, so it is compiled and run with the other tests.
+//! and its "Calling a rate-limited API" code the client module's, line for
+//! line, so both are compiled and run with the other tests.
 
 fn rust_block_after(text: &str, marker: &str, strip: &str) -> Vec<String> {
     let start = text.find(marker).unwrap_or_else(|| panic!("no `{marker}`"));
@@ -20,6 +21,16 @@ fn readme_example_is_the_crate_doc_test() {
     let lib = include_str!("../src/lib.rs");
     let in_readme = rust_block_after(readme, "## Protect an axum app", "");
     let in_docs = rust_block_after(lib, "//! tollgate-http", "//! ");
+    assert!(in_readme.len() <= 10, "{} lines", in_readme.len());
+    assert_eq!(in_readme, in_docs);
+}
+
+#[test]
+fn readme_client_example_is_the_client_doc_test() {
+    let readme = include_str!("../../../README.md");
+    let client = include_str!("../src/client/mod.rs");
+    let in_readme = rust_block_after(readme, "## Calling a rate-limited API", "");
+    let in_docs = rust_block_after(client, "//! The client side", "//! ");
     assert!(in_readme.len() <= 10, "{} lines", in_readme.len());
     assert_eq!(in_readme, in_docs);
 }

@@ -9,6 +9,7 @@ use tollgate_core::Quota;
 
 use crate::metrics::{worst_span, WaitStats};
 use crate::run::{Lane, Outcome};
+use crate::scenarios::retry_storm::StormReport;
 use crate::scenarios::{
     accuracy::AccuracyReport, batching::BatchingReport, equivalence::PatternRow,
 };
@@ -186,6 +187,8 @@ pub enum Details {
     Accuracy(AccuracyReport),
     /// Store load and overshoot per batch size.
     Batching(BatchingReport),
+    /// Retry strategies against a server whose capacity dips.
+    RetryStorm(StormReport),
 }
 
 /// Everything one scenario found.
@@ -357,6 +360,7 @@ fn tables(s: &ScenarioReport) -> Vec<Table> {
         }
         Details::Accuracy(a) => out.extend(a.tables()),
         Details::Batching(b) => out.extend(b.tables()),
+        Details::RetryStorm(r) => out.extend(r.tables()),
     }
     out
 }

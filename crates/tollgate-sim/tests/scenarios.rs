@@ -173,5 +173,5 @@ fn every_name_runs_and_reports_its_checks() {
             );
         }
     }
-    assert_eq!(scenarios::Name::ALL.len(), 9);
+    assert_eq!(scenarios::Name::ALL.len(), 10);
 }

@@ -7,6 +7,7 @@ pub mod batches;
 pub mod batching;
 pub mod boundary_burst;
 pub mod equivalence;
+pub mod retry_storm;
 pub mod seed004;
 
 use std::fmt;
@@ -41,11 +42,13 @@ pub enum Name {
     Accuracy,
     /// Seed 002's batched reservations: store load against overshoot.
     Batching,
+    /// Four ways to retry into a limited server whose capacity dips.
+    RetryStorm,
 }
 
 impl Name {
     /// Every scenario, in the order `tollgate simulate` runs them.
-    pub const ALL: [Name; 9] = [
+    pub const ALL: [Name; 10] = [
         Name::BoundaryBurst,
         Name::Batches,
         Name::Adversarial,
@@ -55,6 +58,7 @@ impl Name {
         Name::Equivalence,
         Name::Accuracy,
         Name::Batching,
+        Name::RetryStorm,
     ];
 
     /// The command-line name.
@@ -69,6 +73,7 @@ impl Name {
             Name::Equivalence => "equivalence",
             Name::Accuracy => "accuracy",
             Name::Batching => "batching",
+            Name::RetryStorm => "retry-storm",
         }
     }
 }
@@ -155,6 +160,7 @@ impl Name {
             Name::Equivalence => equivalence::run(),
             Name::Batching => batching::run_scenario(),
             Name::Accuracy => return accuracy::run(&options.accuracy, progress),
+            Name::RetryStorm => retry_storm::run(),
         };
         progress.advance(1);
         scenario

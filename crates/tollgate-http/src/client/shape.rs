@@ -1,0 +1,280 @@
+//! [`Shaper`]: outbound requests wait for their key's budget, and pause
+//! while a server has said the budget is spent.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tollgate::{Clock, Limiter, MonotonicClock, Policy, WaitError};
+
+use crate::learn::Learned;
+
+/// Why a request was not sent: it fails at once instead of waiting.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ShapeError {
+    /// The cost is larger than the outbound limit can ever admit.
+    #[error("a request of cost {cost} can never fit the outbound limit")]
+    NeverFits {
+        /// The request's cost.
+        cost: u64,
+    },
+    /// The request could go only after its deadline.
+    #[error("the request could go only in {wait:?}, past its deadline")]
+    TooLate {
+        /// How long it would have had to wait.
+        wait: Duration,
+    },
+    /// The limiter holds its maximum of keys.
+    #[error("the outbound limiter holds its maximum of keys")]
+    Full,
+}
+
+/// Outbound traffic shaping: each key (an upstream host, or a key of the
+/// caller's) gets a budget under a tollgate [`Policy`] (GCRA for a smooth
+/// rate, the leaky queue for a steady one, ...) and pauses until the reset
+/// a server announced once it says the budget is spent.
+///
+/// Waiting sleeps on the clock (tokio's timer by default): no polling, no
+/// blocked thread.
+pub struct Shaper<C: Clock = MonotonicClock> {
+    limiter: Limiter<String, C>,
+    /// Per key: the time (ns on the clock) before which nothing is sent.
+    pauses: Mutex<HashMap<String, u64>>,
+}
+
+impl Shaper<MonotonicClock> {
+    /// A shaper enforcing `policy` per key on the monotonic clock.
+    pub fn new(policy: impl Into<Policy>) -> Self {
+        Shaper::with_clock(policy, MonotonicClock::new())
+    }
+}
+
+impl<C: Clock> Shaper<C> {
+    /// A shaper on `clock` (a [`FakeClock`](tollgate::FakeClock) in tests).
+    pub fn with_clock(policy: impl Into<Policy>, clock: C) -> Self {
+        Shaper {
+            limiter: Limiter::builder(policy).clock(clock).build(),
+            pauses: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The shaper's clock.
+    pub fn clock(&self) -> &C {
+        self.limiter.clock()
+    }
+
+    /// Waits until `key` admits `cost` and no pause holds it, then charges
+    /// it. Fails at once, charging nothing, if the cost can never fit or the
+    /// wait would end more than `within` from now.
+    pub async fn admit(&self, key: &str, cost: u64, within: Duration) -> Result<(), ShapeError> {
+        let clock = self.clock();
+        let give_up = clock.now().saturating_add(nanos(within));
+        loop {
+            let now = clock.now();
+            if let Some(until) = self.paused_until(key, now) {
+                if until > give_up {
+                    return Err(ShapeError::TooLate {
+                        wait: Duration::from_nanos(until - now),
+                    });
+                }
+                clock.sleep(Duration::from_nanos(until - now)).await;
+                continue;
+            }
+            let left = Duration::from_nanos(give_up.saturating_sub(now));
+            let decision = match self.limiter.until_ready(key, cost, left).await {
+                Ok(decision) => decision,
+                Err(WaitError::NeverFits(_)) => return Err(ShapeError::NeverFits { cost }),
+                Err(WaitError::TooLate { wait }) => {
+                    return Err(ShapeError::TooLate {
+                        wait: Duration::from_nanos(wait),
+                    })
+                }
+                Err(WaitError::Full(_)) => return Err(ShapeError::Full),
+            };
+            let now = clock.now();
+            // A pause learned while this request waited wins: the slot is
+            // given back and the request waits for the pause.
+            if self.paused_until(key, now).is_some() {
+                self.limiter.refund(key, cost);
+                continue;
+            }
+            if decision.delay > 0 {
+                if now.saturating_add(decision.delay) > give_up {
+                    self.limiter.refund(key, cost);
+                    return Err(ShapeError::TooLate {
+                        wait: Duration::from_nanos(decision.delay),
+                    });
+                }
+                clock.sleep(Duration::from_nanos(decision.delay)).await;
+            }
+            return Ok(());
+        }
+    }
+
+    /// Applies what a response said: if the server announced that the
+    /// budget is spent, `key` pauses until the reset (already clamped).
+    pub fn learn(&self, key: &str, learned: &Learned) {
+        if let Some(pause) = learned.pause() {
+            self.pause(key, pause);
+        }
+    }
+
+    /// Sends nothing for `key` during `pause` from now (a longer pause
+    /// already set stays).
+    pub fn pause(&self, key: &str, pause: Duration) {
+        let now = self.clock().now();
+        let until = now.saturating_add(nanos(pause));
+        let mut pauses = self.pauses.lock().unwrap_or_else(|e| e.into_inner());
+        // Expired pauses are dropped here, so the map holds only keys
+        // paused now.
+        pauses.retain(|_, at| *at > now);
+        if until > now {
+            let at = pauses.entry(key.to_string()).or_insert(until);
+            *at = (*at).max(until);
+        }
+    }
+
+    /// Settles a request charged `charged` whose real cost turned out to be
+    /// `actual` (LLM tokens from the response): the difference is refunded
+    /// or force-charged, as the server layer's reconciliation does.
+    pub fn settle(&self, key: &str, charged: u64, actual: u64) {
+        if actual < charged {
+            self.limiter.refund(key, charged - actual);
+        } else if actual > charged {
+            self.limiter.force(key, actual - charged);
+        }
+    }
+
+    fn paused_until(&self, key: &str, now: u64) -> Option<u64> {
+        let pauses = self.pauses.lock().unwrap_or_else(|e| e.into_inner());
+        pauses.get(key).copied().filter(|&at| at > now)
+    }
+}
+
+/// `duration` in nanoseconds, saturating.
+pub(crate) fn nanos(duration: Duration) -> u64 {
+    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+pub(super) mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use tollgate::{Algorithm, FakeClock, Limit, Quota};
+
+    fn shaper(clock: &FakeClock) -> Arc<Shaper<FakeClock>> {
+        let quota = Quota::per_second(10).unwrap().with_burst(2).unwrap();
+        Arc::new(Shaper::with_clock(
+            Limit::new(Algorithm::Gcra, quota),
+            clock.clone(),
+        ))
+    }
+
+    /// Runs `task` to its end, moving the clock 10 ms at a time whenever
+    /// something sleeps on it.
+    pub(crate) async fn drive<T>(clock: &FakeClock, task: tokio::task::JoinHandle<T>) -> T {
+        while !task.is_finished() {
+            tokio::task::yield_now().await;
+            if clock.sleepers() > 0 {
+                clock.advance(Duration::from_millis(10));
+            }
+        }
+        task.await.unwrap()
+    }
+
+    #[tokio::test]
+    async fn waits_for_the_budget_on_the_clock() {
+        let clock = FakeClock::new();
+        let s = shaper(&clock);
+        for _ in 0..2 {
+            s.admit("api", 1, Duration::ZERO).await.unwrap();
+        }
+        let waiting = tokio::spawn({
+            let s = s.clone();
+            async move { s.admit("api", 1, Duration::from_secs(1)).await }
+        });
+        drive(&clock, waiting).await.unwrap();
+        // One emission interval of 10/s: the third request went at 100 ms.
+        assert_eq!(clock.now(), 100_000_000);
+    }
+
+    #[tokio::test]
+    async fn fails_at_once_when_it_cannot_fit_or_is_too_late() {
+        let clock = FakeClock::new();
+        let s = shaper(&clock);
+        assert_eq!(
+            s.admit("api", 3, Duration::from_secs(9)).await,
+            Err(ShapeError::NeverFits { cost: 3 })
+        );
+        s.admit("api", 2, Duration::ZERO).await.unwrap();
+        assert_eq!(
+            s.admit("api", 1, Duration::from_millis(99)).await,
+            Err(ShapeError::TooLate {
+                wait: Duration::from_millis(100)
+            })
+        );
+        assert_eq!(clock.now(), 0, "no time passed: it failed at once");
+    }
+
+    #[tokio::test]
+    async fn a_learned_pause_holds_the_key_until_the_reset() {
+        let clock = FakeClock::new();
+        let s = shaper(&clock);
+        let learned = Learned {
+            remaining: Some(0),
+            spent_for: Some(Duration::from_secs(30)),
+            ..Learned::default()
+        };
+        s.learn("api", &learned);
+        assert!(matches!(
+            s.admit("api", 1, Duration::from_secs(29)).await,
+            Err(ShapeError::TooLate { .. })
+        ));
+        s.admit("other", 1, Duration::ZERO).await.unwrap();
+        let waiting = tokio::spawn({
+            let s = s.clone();
+            async move { s.admit("api", 1, Duration::from_secs(60)).await }
+        });
+        drive(&clock, waiting).await.unwrap();
+        assert_eq!(clock.now(), 30_000_000_000);
+    }
+
+    #[tokio::test]
+    async fn a_leaky_queue_sends_at_a_steady_rate() {
+        let clock = FakeClock::new();
+        let quota = Quota::per_second(10).unwrap().with_burst(5).unwrap();
+        let s = Arc::new(Shaper::with_clock(
+            Limit::new(Algorithm::LeakyQueue, quota),
+            clock.clone(),
+        ));
+        let mut sent_at = Vec::new();
+        for _ in 0..4 {
+            let task = tokio::spawn({
+                let s = s.clone();
+                async move { s.admit("api", 1, Duration::from_secs(1)).await }
+            });
+            drive(&clock, task).await.unwrap();
+            sent_at.push(clock.now() / 1_000_000);
+        }
+        // Queued back to back, released one emission interval apart.
+        assert_eq!(sent_at, [0, 100, 200, 300]);
+    }
+
+    #[tokio::test]
+    async fn settling_refunds_or_charges_the_difference() {
+        let clock = FakeClock::new();
+        let s = shaper(&clock);
+        s.admit("api", 2, Duration::ZERO).await.unwrap();
+        s.settle("api", 2, 0);
+        s.admit("api", 2, Duration::ZERO).await.unwrap();
+        s.settle("api", 2, 4);
+        // Two units of debt: 2 emission intervals before it fits again,
+        // plus the interval of the request itself.
+        assert_eq!(
+            s.admit("api", 1, Duration::ZERO).await,
+            Err(ShapeError::TooLate {
+                wait: Duration::from_millis(300)
+            })
+        );
+    }
+}
