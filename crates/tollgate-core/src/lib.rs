@@ -24,6 +24,7 @@
 
 mod algorithm;
 pub mod algorithms;
+mod compact;
 mod decision;
 mod multi;
 mod quota;
@@ -32,6 +33,7 @@ mod ticks;
 
 pub use algorithm::{Algorithm, UnknownAlgorithm};
 pub use algorithms::AlgorithmState;
+pub use compact::{Bucket, Compact};
 pub use decision::{Decision, RetryAfter};
 pub use multi::{decide_all, preview_all};
 pub use quota::{Limit, Quota, QuotaError};

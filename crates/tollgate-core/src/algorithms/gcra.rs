@@ -12,8 +12,8 @@ use crate::{Decision, Quota};
 /// time is what keeps a late request from being judged in the past.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Gcra {
-    tat: Ticks,
-    last: u64,
+    pub(crate) tat: Ticks,
+    pub(crate) last: u64,
 }
 
 impl Step for Gcra {

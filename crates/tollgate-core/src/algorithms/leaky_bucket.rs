@@ -8,8 +8,8 @@ use crate::{Decision, Quota};
 /// The level (in ticks) as of the last charge, and its time.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct LeakyBucket {
-    level: Ticks,
-    last: u64,
+    pub(crate) level: Ticks,
+    pub(crate) last: u64,
 }
 
 impl Step for LeakyBucket {

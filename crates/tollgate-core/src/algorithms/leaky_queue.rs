@@ -9,8 +9,8 @@ use crate::{Decision, Quota, RetryAfter};
 /// When the drain is next free (ticks since time 0), and the last charge's time.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct LeakyQueue {
-    next_free: Ticks,
-    last: u64,
+    pub(crate) next_free: Ticks,
+    pub(crate) last: u64,
 }
 
 impl Step for LeakyQueue {

@@ -8,8 +8,8 @@ use crate::{Decision, Quota};
 /// Tokens (in ticks, one token = `T`) as of the last charge, and its time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct TokenBucket {
-    tokens: Ticks,
-    last: u64,
+    pub(crate) tokens: Ticks,
+    pub(crate) last: u64,
 }
 
 impl Step for TokenBucket {
