@@ -8,7 +8,7 @@ use std::time::Duration;
 use tollgate_core::algorithms::{
     FixedWindow, Gcra, LeakyBucket, LeakyQueue, SlidingCounter, SlidingLog, TokenBucket,
 };
-use tollgate_core::{Algorithm, Decision, RetryAfter};
+use tollgate_core::{Algorithm, Compact, Decision, RetryAfter};
 
 use crate::keyed::{Bounds, Keyed};
 use crate::rules::{All, One};
@@ -76,15 +76,20 @@ pub struct Limiter<K, C = MonotonicClock> {
 }
 
 /// The keys of the policy, stored as the algorithm's own state type when
-/// the policy has one limit.
+/// the policy has one limit; a bucket-family key in its 16-byte compact
+/// form whenever the quota allows (see `tollgate_core::Compact`).
 enum Table<K> {
     FixedWindow(Keyed<K, One<FixedWindow>>),
     SlidingLog(Keyed<K, One<SlidingLog>>),
     SlidingCounter(Keyed<K, One<SlidingCounter>>),
-    TokenBucket(Keyed<K, One<TokenBucket>>),
-    Gcra(Keyed<K, One<Gcra>>),
-    LeakyBucket(Keyed<K, One<LeakyBucket>>),
-    LeakyQueue(Keyed<K, One<LeakyQueue>>),
+    TokenBucket(Keyed<K, One<Compact<TokenBucket>>>),
+    Gcra(Keyed<K, One<Compact<Gcra>>>),
+    LeakyBucket(Keyed<K, One<Compact<LeakyBucket>>>),
+    LeakyQueue(Keyed<K, One<Compact<LeakyQueue>>>),
+    WideTokenBucket(Keyed<K, One<TokenBucket>>),
+    WideGcra(Keyed<K, One<Gcra>>),
+    WideLeakyBucket(Keyed<K, One<LeakyBucket>>),
+    WideLeakyQueue(Keyed<K, One<LeakyQueue>>),
     All(Keyed<K, All>),
 }
 
@@ -99,6 +104,10 @@ macro_rules! with_keyed {
             Table::Gcra($keyed) => $body,
             Table::LeakyBucket($keyed) => $body,
             Table::LeakyQueue($keyed) => $body,
+            Table::WideTokenBucket($keyed) => $body,
+            Table::WideGcra($keyed) => $body,
+            Table::WideLeakyBucket($keyed) => $body,
+            Table::WideLeakyQueue($keyed) => $body,
             Table::All($keyed) => $body,
         }
     };
@@ -111,14 +120,25 @@ impl<K: Hash + Eq> Table<K> {
             return Table::All(Keyed::new(All::new(limits), sizing));
         };
         let quota = limit.quota;
-        match limit.algorithm {
-            Algorithm::FixedWindow => Table::FixedWindow(Keyed::new(One::new(quota), sizing)),
-            Algorithm::SlidingLog => Table::SlidingLog(Keyed::new(One::new(quota), sizing)),
-            Algorithm::SlidingCounter => Table::SlidingCounter(Keyed::new(One::new(quota), sizing)),
-            Algorithm::TokenBucket => Table::TokenBucket(Keyed::new(One::new(quota), sizing)),
-            Algorithm::Gcra => Table::Gcra(Keyed::new(One::new(quota), sizing)),
-            Algorithm::LeakyBucket => Table::LeakyBucket(Keyed::new(One::new(quota), sizing)),
-            Algorithm::LeakyQueue => Table::LeakyQueue(Keyed::new(One::new(quota), sizing)),
+        macro_rules! keyed {
+            () => {
+                Keyed::new(One::new(quota), sizing)
+            };
+        }
+        // Every bucket algorithm's compact form fits the same quotas.
+        let compact = Compact::<Gcra>::fits(&quota);
+        match (limit.algorithm, compact) {
+            (Algorithm::FixedWindow, _) => Table::FixedWindow(keyed!()),
+            (Algorithm::SlidingLog, _) => Table::SlidingLog(keyed!()),
+            (Algorithm::SlidingCounter, _) => Table::SlidingCounter(keyed!()),
+            (Algorithm::TokenBucket, true) => Table::TokenBucket(keyed!()),
+            (Algorithm::Gcra, true) => Table::Gcra(keyed!()),
+            (Algorithm::LeakyBucket, true) => Table::LeakyBucket(keyed!()),
+            (Algorithm::LeakyQueue, true) => Table::LeakyQueue(keyed!()),
+            (Algorithm::TokenBucket, false) => Table::WideTokenBucket(keyed!()),
+            (Algorithm::Gcra, false) => Table::WideGcra(keyed!()),
+            (Algorithm::LeakyBucket, false) => Table::WideLeakyBucket(keyed!()),
+            (Algorithm::LeakyQueue, false) => Table::WideLeakyQueue(keyed!()),
         }
     }
 }
