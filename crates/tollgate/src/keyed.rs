@@ -5,6 +5,8 @@ use std::borrow::Borrow;
 use std::hash::Hash;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use parking_lot::Mutex;
+
 use tollgate_core::{Decision, RetryAfter};
 
 use crate::limiter::{LimiterFull, OnFull, WaitError};
@@ -39,6 +41,9 @@ pub(crate) struct Bounds {
 pub(crate) struct Keyed<K, R: Rules> {
     rules: R,
     map: ShardedMap<K, R::State>,
+    /// The budget shared by the keys that could not be tracked, under
+    /// [`OnFull::Shared`].
+    overflow: Mutex<R::State>,
 }
 
 /// A charge made at a later time than now: the decision and when the
@@ -60,6 +65,7 @@ fn count_in(keys: &AtomicUsize, max: usize) -> bool {
 impl<K: Hash + Eq, R: Rules> Keyed<K, R> {
     pub(crate) fn new(rules: R, sizing: Sizing) -> Self {
         Keyed {
+            overflow: Mutex::new(rules.fresh()),
             rules,
             map: ShardedMap::new(sizing),
         }
@@ -96,6 +102,7 @@ impl<K: Hash + Eq, R: Rules> Keyed<K, R> {
             return Ok(decision);
         }
         match bounds.on_full {
+            OnFull::Shared => Ok(self.decide_held(&mut self.overflow.lock(), now, cost)),
             OnFull::AdmitUntracked => Ok(decision),
             OnFull::Reject => Err(LimiterFull {
                 max_keys: bounds.max_keys,
@@ -290,15 +297,15 @@ impl<K: Hash + Eq, R: Rules> Keyed<K, R> {
         }
         let mut state = self.rules.fresh();
         let reserved = self.reserve_in(&mut state, now, cost, max_wait)?;
-        if cost == 0 {
+        if cost == 0 || self.track(&mut located, key, state, now, bounds) {
             return Ok(reserved);
         }
-        if !self.track(&mut located, key, state, now, bounds) {
-            return Err(WaitError::Full(LimiterFull {
+        match bounds.on_full {
+            OnFull::Shared => self.reserve_in(&mut self.overflow.lock(), now, cost, max_wait),
+            OnFull::AdmitUntracked | OnFull::Reject => Err(WaitError::Full(LimiterFull {
                 max_keys: bounds.max_keys,
-            }));
+            })),
         }
-        Ok(reserved)
     }
 
     fn reserve_in(

@@ -57,8 +57,8 @@ use crate::{Clock, MonotonicClock, Policy};
 /// is 3/4 full, and [`Limiter::sweep_step`] / [`Limiter::sweep`] lock one
 /// shard at a time. [`LimiterBuilder::max_keys`] caps the keys against a
 /// flood of random ones: a new key beyond it evicts an idle key near it,
-/// and if there is none, [`OnFull`] says whether it is decided untracked
-/// or refused. A GCRA key with a `u64` key takes about 69 bytes at 1M
+/// and if there is none, [`OnFull`] says how it is decided: by default
+/// against one overflow budget shared by all the keys left out. A GCRA key with a `u64` key takes about 69 bytes at 1M
 /// keys when the tables grow on demand, 39 with
 /// [`LimiterBuilder::capacity`] (see `docs/PERFORMANCE.md`).
 ///
@@ -145,10 +145,19 @@ impl<K: Hash + Eq> Table<K> {
 
 /// What a limiter does with a new key when it already holds `max_keys` keys
 /// and none of the keys it looked at could be evicted as idle.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum OnFull {
+    /// Decide the request against one overflow budget shared by every key
+    /// that could not be tracked: the policy applied to all of them as if
+    /// they were one key. Known keys stay limited as before, and a flood of
+    /// random new keys cannot get more through together than one key's
+    /// quota, so a brand-new key during the flood may be refused for the
+    /// flood's spending. The default: safe under attack, never unlimited.
+    #[default]
+    Shared,
     /// Decide the request as a new key's first one, without remembering it:
-    /// known keys stay limited, new keys are not limited until room frees.
+    /// known keys stay limited, new keys are **not limited** until room
+    /// frees. Only for key sets known to be bounded.
     AdmitUntracked,
     /// Refuse the request: [`Limiter::try_check`] returns [`LimiterFull`] and
     /// [`Limiter::check`] a denial.
@@ -209,9 +218,17 @@ impl<C: Clock> LimiterBuilder<C> {
 
     /// Holds at most `max_keys` keys. A new key beyond it first evicts an
     /// idle key from the ones near it in its shard (up to 64 looked at);
-    /// if none is idle, `on_full` decides. Unbounded by default.
-    pub fn max_keys(mut self, max_keys: usize, on_full: OnFull) -> Self {
+    /// if none is idle, [`LimiterBuilder::on_full`] decides (by default
+    /// [`OnFull::Shared`]: one budget for all the keys left out).
+    /// Unbounded by default.
+    pub fn max_keys(mut self, max_keys: usize) -> Self {
         self.max_keys = max_keys;
+        self
+    }
+
+    /// What a new key gets when the limiter holds `max_keys` keys and none
+    /// is idle (default: [`OnFull::Shared`]).
+    pub fn on_full(mut self, on_full: OnFull) -> Self {
         self.on_full = on_full;
         self
     }
@@ -292,7 +309,7 @@ impl Limiter<()> {
             policy: policy.into(),
             clock: MonotonicClock::new(),
             max_keys: usize::MAX,
-            on_full: OnFull::AdmitUntracked,
+            on_full: OnFull::default(),
             full_retry: Duration::from_secs(1),
             idle_grace: Duration::from_secs(1),
             shards: default_shards(),

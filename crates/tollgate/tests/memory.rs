@@ -115,7 +115,8 @@ fn max_keys_holds_under_a_flood_of_new_keys() {
     let clock = FakeClock::new();
     let limiter = Limiter::builder(limit(Algorithm::TokenBucket))
         .clock(clock.clone())
-        .max_keys(1_000, OnFull::Reject)
+        .max_keys(1_000)
+        .on_full(OnFull::Reject)
         .build();
     // No key is ever idle on a frozen clock: past 1,000 keys, every new one
     // is refused, and known keys are still limited.
@@ -138,7 +139,8 @@ fn admit_untracked_decides_new_keys_as_fresh_without_storing_them() {
     let clock = FakeClock::new();
     let limiter = Limiter::builder(limit(Algorithm::FixedWindow))
         .clock(clock)
-        .max_keys(1, OnFull::AdmitUntracked)
+        .max_keys(1)
+        .on_full(OnFull::AdmitUntracked)
         .build();
     assert!(limiter.check("known", 10).allowed);
     assert!(!limiter.check("known", 1).allowed);
@@ -148,4 +150,35 @@ fn admit_untracked_decides_new_keys_as_fresh_without_storing_them() {
         assert_eq!(d.remaining, 0);
     }
     assert_eq!(limiter.len(), 1);
+}
+
+/// The default under a flood: the keys left out share one budget, so a
+/// brand-new user during an attack is limited (here, by the attack's own
+/// spending), never let through unlimited.
+#[test]
+fn by_default_keys_left_out_share_one_budget() {
+    let clock = FakeClock::new();
+    let quota = Quota::per_minute(100).unwrap();
+    let limiter = Limiter::builder(Limit::new(Algorithm::Gcra, quota))
+        .clock(clock.clone())
+        .max_keys(1_000)
+        .build();
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    let mut admitted = 0;
+    for _ in 0..20_000 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        admitted += u32::from(limiter.check(&x, 1).allowed);
+    }
+    // 1,000 keys tracked, each admitted once; the other 19,000 share 100.
+    assert_eq!(limiter.len(), 1_000);
+    assert_eq!(admitted, 1_000 + 100);
+    let newcomer = (0..200).filter(|_| limiter.check(&7u64, 1).allowed).count();
+    assert_eq!(newcomer, 0, "the flood spent the shared budget");
+    // Once the flood's keys are idle, a newcomer evicts one and has its own
+    // budget again.
+    clock.advance(Duration::from_secs(60));
+    let newcomer = (0..200).filter(|_| limiter.check(&7u64, 1).allowed).count();
+    assert_eq!(newcomer, 100);
 }
