@@ -77,25 +77,30 @@ impl Outcome {
         }
     }
 
-    /// Requests per hour and burst: 2^32 - 1 per hour is about 1.2 million
-    /// a second with a burst of 4 billion, far beyond what a run can spend.
-    fn per_hour(self) -> u32 {
+    /// Requests per second and burst: 10^9 a second (one a nanosecond)
+    /// with a burst of as many, far beyond what a run can spend; 1 an hour,
+    /// so every check after a key's first is refused.
+    fn quota(self) -> (u32, Duration) {
         match self {
-            Outcome::Allowed => u32::MAX,
-            Outcome::Denied => 1,
+            Outcome::Allowed => (1_000_000_000, Duration::from_secs(1)),
+            Outcome::Denied => (1, Duration::from_secs(3600)),
         }
     }
 }
 
 fn tollgate(outcome: Outcome) -> Limiter<u64> {
-    let per_hour = u64::from(outcome.per_hour());
-    let quota = Quota::per_hour(per_hour).expect("valid quota");
+    let (limit, period) = outcome.quota();
+    let quota = Quota::new(u64::from(limit), period.as_nanos() as u64).expect("valid quota");
     Limiter::new(Limit::new(Algorithm::Gcra, quota))
 }
 
 fn governor(outcome: Outcome) -> DefaultKeyedRateLimiter<u64> {
-    let per_hour = NonZeroU32::new(outcome.per_hour()).expect("non-zero");
-    RateLimiter::keyed(GovQuota::per_hour(per_hour))
+    let (limit, period) = outcome.quota();
+    let limit = NonZeroU32::new(limit).expect("non-zero");
+    let quota = GovQuota::with_period(period / limit.get())
+        .expect("non-zero period")
+        .allow_burst(limit);
+    RateLimiter::keyed(quota)
 }
 
 /// splitmix64: a small, good generator for shuffling.

@@ -32,7 +32,7 @@ use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::marker::PhantomData;
 
-use crate::algorithms::{AlgorithmState, Gcra, LeakyBucket, LeakyQueue, Step, TokenBucket};
+use crate::algorithms::{bucket, AlgorithmState, Gcra, LeakyBucket, LeakyQueue, Step, TokenBucket};
 use crate::ticks::Ticks;
 use crate::{Decision, Quota};
 
@@ -47,10 +47,50 @@ pub trait Bucket: AlgorithmState + Copy + sealed::Sealed {
     fn debt(&self, quota: &Quota) -> u128;
     /// The key whose last change was at `last`, with `debt` ticks in use then.
     fn with_debt(quota: &Quota, last: u64, debt: u128) -> Self;
+    /// The decision on a request of `cost` at `now` for the compact key,
+    /// and the key after charging it (unchanged when refused or a peek).
+    /// By default through the algorithm's own state.
+    #[inline(always)]
+    fn step_compact(
+        key: &Compact<Self>,
+        quota: &Quota,
+        now: u64,
+        cost: u64,
+    ) -> (Decision, Compact<Self>) {
+        let mut state = key.to_state(quota);
+        let decision = state.decide(quota, now, cost);
+        (decision, Compact::from_state(&state, quota))
+    }
+}
+
+/// The meters (token bucket, GCRA, leaky meter) decide on the debt alone,
+/// drained by the time since the last change: the same integers as their
+/// own states, without the round trip through a 128-bit absolute time.
+macro_rules! meter_step {
+    () => {
+        #[inline(always)]
+        fn step_compact(
+            key: &Compact<Self>,
+            quota: &Quota,
+            now: u64,
+            cost: u64,
+        ) -> (Decision, Compact<Self>) {
+            let now = now.max(key.last);
+            let debt = u128::from(key.debt).saturating_sub(quota.ticks(now - key.last));
+            let (decision, after) = bucket::decide(quota, debt, cost);
+            if decision.allowed && cost > 0 {
+                (decision, Compact::from_parts(now, after))
+            } else {
+                (decision, *key)
+            }
+        }
+    };
 }
 
 impl sealed::Sealed for Gcra {}
 impl Bucket for Gcra {
+    meter_step!();
+
     #[inline(always)]
     fn debt(&self, quota: &Quota) -> u128 {
         self.tat.get().saturating_sub(quota.ticks(self.last))
@@ -67,6 +107,8 @@ impl Bucket for Gcra {
 
 impl sealed::Sealed for TokenBucket {}
 impl Bucket for TokenBucket {
+    meter_step!();
+
     #[inline(always)]
     fn debt(&self, quota: &Quota) -> u128 {
         quota.burst_ticks().saturating_sub(self.tokens.get())
@@ -83,6 +125,8 @@ impl Bucket for TokenBucket {
 
 impl sealed::Sealed for LeakyBucket {}
 impl Bucket for LeakyBucket {
+    meter_step!();
+
     #[inline(always)]
     fn debt(&self, _quota: &Quota) -> u128 {
         self.level.get()
@@ -135,9 +179,14 @@ impl<S: Bucket> Compact<S> {
     /// The compact form of `state` under `quota` (see [`Compact::fits`]).
     #[inline(always)]
     pub fn from_state(state: &S, quota: &Quota) -> Self {
+        Compact::from_parts(state.last_update(), state.debt(quota))
+    }
+
+    #[inline(always)]
+    fn from_parts(last: u64, debt: u128) -> Self {
         Compact {
-            last: state.last_update(),
-            debt: u64::try_from(state.debt(quota)).unwrap_or(u64::MAX),
+            last,
+            debt: u64::try_from(debt).unwrap_or(u64::MAX),
             algorithm: PhantomData,
         }
     }
@@ -156,9 +205,7 @@ impl<S: Bucket> Step for Compact<S> {
 
     #[inline(always)]
     fn step(&self, quota: &Quota, now: u64, cost: u64) -> (Decision, Self) {
-        let mut state = self.to_state(quota);
-        let decision = state.decide(quota, now, cost);
-        (decision, Compact::from_state(&state, quota))
+        S::step_compact(self, quota, now, cost)
     }
 
     fn refunded(&self, quota: &Quota, now: u64, cost: u64) -> Self {

@@ -20,6 +20,7 @@ mod limiter;
 mod memory;
 mod policy;
 mod rules;
+mod shard_lock;
 mod sharded;
 mod store;
 

@@ -76,8 +76,10 @@ pub struct Limiter<K, C = MonotonicClock> {
 }
 
 /// The keys of the policy, stored as the algorithm's own state type when
-/// the policy has one limit; a bucket-family key in its 16-byte compact
-/// form whenever the quota allows (see `tollgate_core::Compact`).
+/// the policy has one limit, a bucket-family key in its 16-byte compact
+/// form (see `tollgate_core::Compact`). A bucket quota too wide for it
+/// (`(burst + 1) × period` beyond 2^63 ticks) and a policy of several
+/// limits store the core's `State` per limit instead.
 enum Table<K> {
     FixedWindow(Keyed<K, One<FixedWindow>>),
     SlidingLog(Keyed<K, One<SlidingLog>>),
@@ -86,10 +88,6 @@ enum Table<K> {
     Gcra(Keyed<K, One<Compact<Gcra>>>),
     LeakyBucket(Keyed<K, One<Compact<LeakyBucket>>>),
     LeakyQueue(Keyed<K, One<Compact<LeakyQueue>>>),
-    WideTokenBucket(Keyed<K, One<TokenBucket>>),
-    WideGcra(Keyed<K, One<Gcra>>),
-    WideLeakyBucket(Keyed<K, One<LeakyBucket>>),
-    WideLeakyQueue(Keyed<K, One<LeakyQueue>>),
     All(Keyed<K, All>),
 }
 
@@ -104,10 +102,6 @@ macro_rules! with_keyed {
             Table::Gcra($keyed) => $body,
             Table::LeakyBucket($keyed) => $body,
             Table::LeakyQueue($keyed) => $body,
-            Table::WideTokenBucket($keyed) => $body,
-            Table::WideGcra($keyed) => $body,
-            Table::WideLeakyBucket($keyed) => $body,
-            Table::WideLeakyQueue($keyed) => $body,
             Table::All($keyed) => $body,
         }
     };
@@ -116,8 +110,9 @@ macro_rules! with_keyed {
 impl<K: Hash + Eq> Table<K> {
     fn new(policy: &Policy, sizing: Sizing) -> Self {
         let limits = policy.limits();
+        let several = || Table::All(Keyed::new(All::new(limits), sizing));
         let [limit] = limits else {
-            return Table::All(Keyed::new(All::new(limits), sizing));
+            return several();
         };
         let quota = limit.quota;
         macro_rules! keyed {
@@ -135,10 +130,7 @@ impl<K: Hash + Eq> Table<K> {
             (Algorithm::Gcra, true) => Table::Gcra(keyed!()),
             (Algorithm::LeakyBucket, true) => Table::LeakyBucket(keyed!()),
             (Algorithm::LeakyQueue, true) => Table::LeakyQueue(keyed!()),
-            (Algorithm::TokenBucket, false) => Table::WideTokenBucket(keyed!()),
-            (Algorithm::Gcra, false) => Table::WideGcra(keyed!()),
-            (Algorithm::LeakyBucket, false) => Table::WideLeakyBucket(keyed!()),
-            (Algorithm::LeakyQueue, false) => Table::WideLeakyQueue(keyed!()),
+            (_, false) => several(),
         }
     }
 }

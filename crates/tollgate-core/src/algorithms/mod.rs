@@ -6,7 +6,7 @@
 //! peeks (cost 0) change nothing, which is what makes [`AlgorithmState::preview`]
 //! and [`AlgorithmState::decide`] agree and multi-rule decisions atomic.
 
-mod bucket;
+pub(crate) mod bucket;
 pub mod fixed_window;
 pub mod gcra;
 pub mod leaky_bucket;
