@@ -33,7 +33,6 @@ use std::hash::{Hash, Hasher};
 use std::marker::PhantomData;
 
 use crate::algorithms::{bucket, AlgorithmState, Gcra, LeakyBucket, LeakyQueue, Step, TokenBucket};
-use crate::ticks::Ticks;
 use crate::{Decision, Quota};
 
 mod sealed {
@@ -44,9 +43,9 @@ mod sealed {
 /// token bucket, GCRA, the leaky meter and the leaky queue.
 pub trait Bucket: AlgorithmState + Copy + sealed::Sealed {
     /// The capacity in use at the key's last change, in ticks.
-    fn debt(&self, quota: &Quota) -> u128;
+    fn debt_at_last(&self, quota: &Quota) -> u128;
     /// The key whose last change was at `last`, with `debt` ticks in use then.
-    fn with_debt(quota: &Quota, last: u64, debt: u128) -> Self;
+    fn from_debt(quota: &Quota, last: u64, debt: u128) -> Self;
     /// The decision on a request of `cost` at `now` for the compact key,
     /// and the key after charging it (unchanged when refused or a peek).
     /// By default through the algorithm's own state.
@@ -92,16 +91,13 @@ impl Bucket for Gcra {
     meter_step!();
 
     #[inline(always)]
-    fn debt(&self, quota: &Quota) -> u128 {
-        self.tat.get().saturating_sub(quota.ticks(self.last))
+    fn debt_at_last(&self, quota: &Quota) -> u128 {
+        self.debt(quota, self.last_update()).1
     }
 
     #[inline(always)]
-    fn with_debt(quota: &Quota, last: u64, debt: u128) -> Self {
-        Gcra {
-            tat: Ticks::new(quota.ticks(last) + debt),
-            last,
-        }
+    fn from_debt(quota: &Quota, last: u64, debt: u128) -> Self {
+        Gcra::owing(quota, last, debt)
     }
 }
 
@@ -110,16 +106,13 @@ impl Bucket for TokenBucket {
     meter_step!();
 
     #[inline(always)]
-    fn debt(&self, quota: &Quota) -> u128 {
-        quota.burst_ticks().saturating_sub(self.tokens.get())
+    fn debt_at_last(&self, quota: &Quota) -> u128 {
+        self.debt(quota, self.last_update()).1
     }
 
     #[inline(always)]
-    fn with_debt(quota: &Quota, last: u64, debt: u128) -> Self {
-        TokenBucket {
-            tokens: Ticks::new(quota.burst_ticks().saturating_sub(debt)),
-            last,
-        }
+    fn from_debt(quota: &Quota, last: u64, debt: u128) -> Self {
+        TokenBucket::owing(quota, last, debt)
     }
 }
 
@@ -128,41 +121,38 @@ impl Bucket for LeakyBucket {
     meter_step!();
 
     #[inline(always)]
-    fn debt(&self, _quota: &Quota) -> u128 {
-        self.level.get()
+    fn debt_at_last(&self, quota: &Quota) -> u128 {
+        self.debt(quota, self.last_update()).1
     }
 
     #[inline(always)]
-    fn with_debt(_quota: &Quota, last: u64, debt: u128) -> Self {
-        LeakyBucket {
-            level: Ticks::new(debt),
-            last,
-        }
+    fn from_debt(_quota: &Quota, last: u64, debt: u128) -> Self {
+        LeakyBucket::owing(last, debt)
     }
 }
 
 impl sealed::Sealed for LeakyQueue {}
 impl Bucket for LeakyQueue {
     #[inline(always)]
-    fn debt(&self, quota: &Quota) -> u128 {
-        self.next_free.get().saturating_sub(quota.ticks(self.last))
+    fn debt_at_last(&self, quota: &Quota) -> u128 {
+        self.wait(quota, self.last_update()).2
     }
 
     #[inline(always)]
-    fn with_debt(quota: &Quota, last: u64, debt: u128) -> Self {
-        LeakyQueue {
-            next_free: Ticks::new(quota.ticks(last) + debt),
-            last,
-        }
+    fn from_debt(quota: &Quota, last: u64, debt: u128) -> Self {
+        LeakyQueue::queued(last, quota.ticks(last), debt)
     }
 }
 
 /// The state of a bucket-family key in 16 bytes: the time of its last
 /// change and its debt then, in ticks.
 ///
-/// Meant for quotas where [`Compact::fits`] holds; with any other quota a
-/// debt too large for 64 bits is stored as `u64::MAX` ticks (well-defined,
-/// wrong numbers, never a panic), so a store should keep `S` itself there.
+/// Meant for quotas where [`Compact::fits`] holds: every decision, refund
+/// and lease then stays in range. A forced charge ([`AlgorithmState::force`])
+/// may leave any debt; beyond `u64::MAX` ticks (at 100 a minute, more than
+/// 300 million requests owed) the compact key keeps `u64::MAX`, so it is
+/// refused for about 10 years of refill where its own state would wait
+/// longer. Every other number stays the core's.
 pub struct Compact<S> {
     last: u64,
     debt: u64,
@@ -179,7 +169,7 @@ impl<S: Bucket> Compact<S> {
     /// The compact form of `state` under `quota` (see [`Compact::fits`]).
     #[inline(always)]
     pub fn from_state(state: &S, quota: &Quota) -> Self {
-        Compact::from_parts(state.last_update(), state.debt(quota))
+        Compact::from_parts(state.last_update(), state.debt_at_last(quota))
     }
 
     #[inline(always)]
@@ -194,7 +184,7 @@ impl<S: Bucket> Compact<S> {
     /// The algorithm's own state.
     #[inline(always)]
     pub fn to_state(&self, quota: &Quota) -> S {
-        S::with_debt(quota, self.last, u128::from(self.debt))
+        S::from_debt(quota, self.last, u128::from(self.debt))
     }
 }
 
@@ -211,6 +201,12 @@ impl<S: Bucket> Step for Compact<S> {
     fn refunded(&self, quota: &Quota, now: u64, cost: u64) -> Self {
         let mut state = self.to_state(quota);
         state.refund(quota, now, cost);
+        Compact::from_state(&state, quota)
+    }
+
+    fn forced(&self, quota: &Quota, now: u64, cost: u64) -> Self {
+        let mut state = self.to_state(quota);
+        state.force(quota, now, cost);
         Compact::from_state(&state, quota)
     }
 

@@ -2,7 +2,7 @@ use crate::algorithms::{
     AlgorithmState, FixedWindow, Gcra, LeakyBucket, LeakyQueue, SlidingCounter, SlidingLog,
     TokenBucket,
 };
-use crate::{Algorithm, Decision, Quota};
+use crate::{Algorithm, Decision, Lease, LeaseError, Quota};
 
 /// The per-key state of any algorithm, chosen at run time.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -85,6 +85,19 @@ impl State {
     /// Gives back `cost` at `now`, capped at a fresh key (see [`AlgorithmState::refund`]).
     pub fn refund(&mut self, quota: &Quota, now: u64, cost: u64) {
         dispatch!(self, s => s.refund(quota, now, cost))
+    }
+
+    /// Charges `cost` at `now` whatever the state: never denies, may leave
+    /// the key in debt (see [`AlgorithmState::force`]). Returns the key's
+    /// numbers after the charge, `allowed` true.
+    pub fn force(&mut self, quota: &Quota, now: u64, cost: u64) -> Decision {
+        dispatch!(self, s => s.force(quota, now, cost))
+    }
+
+    /// Admits and charges the largest `k <= max` admitted at `now` (see
+    /// [`AlgorithmState::lease`]); the sliding log refuses.
+    pub fn lease(&mut self, quota: &Quota, now: u64, max: u64) -> Result<Lease, LeaseError> {
+        dispatch!(self, s => s.lease(quota, now, max))
     }
 
     /// The key's own clock (see [`AlgorithmState::last_update`]).

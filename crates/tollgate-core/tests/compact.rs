@@ -1,6 +1,8 @@
 //! `Compact`: the 16-byte bucket-family key decides bit for bit as the
-//! algorithm's own state, on random traces of decisions, peeks and refunds
-//! (clock regressions included), for every quota it fits.
+//! algorithm's own state, on random traces of decisions, peeks, refunds,
+//! forced charges and leases (clock regressions included), for every quota
+//! it fits, as long as forced charges leave a debt within 64 bits (beyond,
+//! it keeps the most it can hold, as documented).
 
 mod common;
 
@@ -9,9 +11,23 @@ use proptest::prelude::*;
 use tollgate_core::algorithms::{Gcra, LeakyBucket, LeakyQueue, TokenBucket};
 use tollgate_core::{AlgorithmState, Bucket, Compact, Quota};
 
-/// One operation of a trace: a decision, or a refund of the cost.
-fn refunds(len: usize) -> impl Strategy<Value = Vec<bool>> {
-    prop::collection::vec(prop::bool::weighted(0.15), len)
+/// What a trace step does with its time and cost.
+#[derive(Clone, Copy, Debug)]
+enum Op {
+    Decide,
+    Refund,
+    Force,
+    Lease,
+}
+
+fn ops(len: usize) -> impl Strategy<Value = Vec<Op>> {
+    let op = prop_oneof![
+        10 => Just(Op::Decide),
+        2 => Just(Op::Refund),
+        1 => Just(Op::Force),
+        2 => Just(Op::Lease),
+    ];
+    prop::collection::vec(op, len)
 }
 
 /// Drives `S` and `Compact<S>` through the same trace; every decision must
@@ -19,22 +35,46 @@ fn refunds(len: usize) -> impl Strategy<Value = Vec<bool>> {
 fn agree<S: Bucket + PartialEq + std::fmt::Debug>(
     quota: &Quota,
     trace: &[(u64, u64)],
-    refund: &[bool],
+    ops: &[Op],
 ) -> Result<(), TestCaseError> {
     let mut wide = S::new(quota);
     let mut small = Compact::<S>::new(quota);
-    for (i, &(t, c)) in trace.iter().enumerate() {
-        if refund[i] {
-            wide.refund(quota, t, c);
-            small.refund(quota, t, c);
-        } else {
-            prop_assert_eq!(small.preview(quota, t, c), wide.preview(quota, t, c));
-            prop_assert_eq!(
-                small.decide(quota, t, c),
-                wide.decide(quota, t, c),
-                "step {}",
-                i
-            );
+    for (i, (&(t, c), &op)) in trace.iter().zip(ops).enumerate() {
+        prop_assert_eq!(small.preview(quota, t, c), wide.preview(quota, t, c));
+        match op {
+            Op::Decide => {
+                prop_assert_eq!(
+                    small.decide(quota, t, c),
+                    wide.decide(quota, t, c),
+                    "step {}",
+                    i
+                );
+            }
+            Op::Refund => {
+                wide.refund(quota, t, c);
+                small.refund(quota, t, c);
+            }
+            Op::Force => {
+                let expected = wide.force(quota, t, c);
+                let got = small.force(quota, t, c);
+                if wide.debt_at_last(quota) > u128::from(u64::MAX) {
+                    // Out of the compact range: the most it holds.
+                    prop_assert_eq!(
+                        small.to_state(quota).debt_at_last(quota),
+                        u128::from(u64::MAX)
+                    );
+                    return Ok(());
+                }
+                prop_assert_eq!(got, expected, "step {}", i);
+            }
+            Op::Lease => {
+                prop_assert_eq!(
+                    small.lease(quota, t, c),
+                    wide.lease(quota, t, c),
+                    "step {}",
+                    i
+                );
+            }
         }
         prop_assert_eq!(small.to_state(quota), wide, "step {}", i);
         prop_assert_eq!(small.last_update(), wide.last_update());
@@ -43,11 +83,11 @@ fn agree<S: Bucket + PartialEq + std::fmt::Debug>(
     Ok(())
 }
 
-fn all_four(quota: &Quota, trace: &[(u64, u64)], refund: &[bool]) -> Result<(), TestCaseError> {
-    agree::<Gcra>(quota, trace, refund)?;
-    agree::<TokenBucket>(quota, trace, refund)?;
-    agree::<LeakyBucket>(quota, trace, refund)?;
-    agree::<LeakyQueue>(quota, trace, refund)
+fn all_four(quota: &Quota, trace: &[(u64, u64)], ops: &[Op]) -> Result<(), TestCaseError> {
+    agree::<Gcra>(quota, trace, ops)?;
+    agree::<TokenBucket>(quota, trace, ops)?;
+    agree::<LeakyBucket>(quota, trace, ops)?;
+    agree::<LeakyQueue>(quota, trace, ops)
 }
 
 proptest! {
@@ -57,9 +97,9 @@ proptest! {
     fn compact_decides_as_the_core(
         quota in quota().prop_filter("fits 64 bits", Compact::<Gcra>::fits),
         shape in shape(40),
-        refund in refunds(40),
+        ops in ops(40),
     ) {
-        all_four(&quota, &shape.resolve(&quota), &refund)?;
+        all_four(&quota, &shape.resolve(&quota), &ops)?;
     }
 
     /// The range's edges, where the debt comes closest to 64 bits.
@@ -67,8 +107,8 @@ proptest! {
     fn compact_decides_as_the_core_at_the_edges(
         quota in any_quota().prop_filter("fits 64 bits", Compact::<Gcra>::fits),
         shape in shape(40),
-        refund in refunds(40),
+        ops in ops(40),
     ) {
-        all_four(&quota, &shape.resolve(&quota), &refund)?;
+        all_four(&quota, &shape.resolve(&quota), &ops)?;
     }
 }

@@ -159,6 +159,9 @@ fn redis_benchmark(
     let port = server.port().to_string();
     let callers = callers.to_string();
     let key = "tp:{k__rand_int__}:gcra:1000:60000000000:1000";
+    // The script's arguments for this limit, as the backend sends them.
+    let limit = Limit::new(Algorithm::Gcra, Quota::per_minute(1000).unwrap());
+    let max = tollgate_redis::exact::encode(&limit).unwrap().max;
     let out = Command::new("redis-benchmark")
         .args([
             "-h",
@@ -171,8 +174,18 @@ fn redis_benchmark(
             &requests,
         ])
         .args(["-r", &KEYS.to_string(), "-q", "--csv"])
-        .args(["FCALL", "tollgate_decide", "1", key, "", "0", "1", "1"])
-        .args(["gcra", "1000", "60000", "1"])
+        .args([
+            "FCALL",
+            tollgate_redis::FUNCTION,
+            "1",
+            key,
+            "",
+            "0",
+            "check",
+            "1",
+            "1",
+        ])
+        .args(["gcra", "1000", "60000", "1", &max.to_string()])
         .output()?;
     let text = String::from_utf8_lossy(&out.stdout);
     // --csv: a header, then "test","rps",...

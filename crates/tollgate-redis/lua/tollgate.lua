@@ -1,25 +1,37 @@
 #!lua name=tollgate
 --[[
-tollgate: the seven rate-limiting algorithms of SPEC.md as one Redis Function,
-`tollgate_decide`. The same file runs through EVALSHA on servers without
-Functions (the Rust side wraps it, see src/script.rs).
+tollgate: the seven rate-limiting algorithms as one Redis Function,
+`tollgate_v2`, with every operation on a key: a decision, a refund, a
+forced charge and a lease. The same file runs through EVALSHA on servers
+without Functions (the Rust side wraps it, see src/script.rs). The name
+carries the version of the arguments, so a server holding an older library
+reports the function missing and the client loads this one.
 
-FCALL tollgate_decide <nkeys> <keys...> <now_us> <ttl_floor_ms> <cost> <n>
-      then per limit: <algorithm> <cap> <x> <y>
+FCALL tollgate_v2 <nkeys> <keys...> <now_us> <ttl_floor_ms> <op> <amount> <n>
+      then per limit: <algorithm> <cap> <x> <y> <max>
 
   now_us        the request time in microseconds, or "" for the server's TIME
   ttl_floor_ms  the least TTL given to a charged key (0 with the server clock;
                 replays of a trace's own times need more, see src/backend.rs)
-  cost          the request's cost (0 is a peek)
+  op            check  | decide a request of cost `amount` (0 is a peek)
+                refund | give `amount` back
+                force  | charge `amount` whatever the state
+                lease  | charge the largest cost <= `amount` every limit admits
   algorithm     fixed_window | sliding_counter     cap = limit, x/y = a, b
                 sliding_log                        cap = limit, x = ceil(period/1us)
                 token_bucket | gcra | leaky_bucket cap = burst, x/y = p, q
                 leaky_queue                        cap = burst, x/y = p, q
-  keys          one per limit, two for sliding_log (times, running totals)
+  max           the largest value the key's stored quantity (count, debt,
+                running total) may reach; a forced charge beyond it is refused
+  keys          one per limit, three for sliding_log (times, running totals,
+                clock)
 
-Returns {all_allowed, then per limit: allowed, remaining, retry_us, reset_us,
-delay_us}; retry_us is -1 for "never". Every duration is the exact one of the
-core rounded up to the microsecond, the resolution of the store's clock.
+Returns {all_allowed, charged, then per limit: allowed, remaining, retry_us,
+reset_us, delay_us}: `charged` is the cost the call charged (a check's cost
+when admitted, the forced cost, the leased cost; 0 for a refund); for a
+refund or a forced charge the numbers are the key's after it. retry_us is -1
+for "never". Every duration is the exact one of the core rounded up to the
+microsecond, the resolution of the store's clock.
 
 Exactness. Lua numbers are doubles: integers are exact below 2^53. The Rust
 side (src/exact.rs) reduces each quota to small integer units and refuses a
@@ -31,8 +43,8 @@ value computed here is an exact integer:
             fmod(fmod(now, a) * b, a) < a*b.
   buckets   the emission interval T = period/limit is p/q microseconds in
             lowest terms; a debt is kept in ticks of 1/q us, at most
-            burst*p, relative to the last charge (never an absolute
-            timestamp, which would need ~70 bits).
+            burst*p (or `max` after forced charges), relative to the last
+            charge (never an absolute timestamp, which would need ~70 bits).
   log       times are whole microseconds (< 2^53 until the year 2255).
 
 div_floor and div_ceil use fmod, which is exact in IEEE arithmetic, so the
@@ -82,6 +94,16 @@ local function save(key, layout, reset_us, floor_ms, ...)
   redis.call('SET', key, struct.pack(layout, ...), 'PX', ttl_ms(reset_us, floor_ms))
 end
 
+-- Gives `alg` (a table of read, judge and change, see below) the `write`
+-- of a state packed as `layout` from the numbers `numbers(s, p)` returns,
+-- with a TTL of the state's reset_after.
+local function packed(alg, layout, numbers)
+  alg.write = function(keys, i, p, s, floor)
+    save(keys[i], layout, alg.judge(s, p, 0)[4], floor, numbers(s, p))
+  end
+  return alg
+end
+
 -- Windows: the position of `now` (us) in its window, in units of g ns.
 local function offset(now, a, b)
   return fmod(fmod(now, a) * b, a)
@@ -105,23 +127,34 @@ local function drained(v, elapsed, q)
   return v - elapsed * q
 end
 
--- Each algorithm: how many keys it uses, and decide(keys, i, cap, x, y, now,
--- cost) returning its decision and, when it admits, a function that charges.
+-- Each algorithm is a table of:
+--   keys                       how many Redis keys it uses;
+--   read(keys, i, p, now)      the key's state as of `now`, which it clamps to
+--                              the key's own clock (field `now`);
+--   judge(s, p, cost)          the decision on `cost`, and the state after
+--                              charging it when admitted;
+--   change(s, p, op, cost)     the state after a refund or a forced charge,
+--                              nil if a forced charge would pass `p.max`;
+--   write(keys, i, p, s, floor) stores a state from judge or change.
+-- `p` holds the limit's arguments: cap, x, y, max.
 local algorithms = {}
 
-algorithms.fixed_window = {
+algorithms.fixed_window = packed({
   keys = 1,
-  decide = function(keys, i, limit, a, b, now, cost)
-    local key = keys[i]
-    local s = load(key, 'dd') or { 0, 0 }
+  read = function(keys, i, p, now)
+    local s = load(keys[i], 'dd') or { 0, 0 }
     local count, last = s[1], s[2]
     if now < last then
       now = last
     end
-    if boundaries(last, now, a, b) > 0 then
+    if boundaries(last, now, p.x, p.y) > 0 then
       count = 0
     end
-    local to_end = div_ceil(a - offset(now, a, b), b)
+    return { count = count, now = now }
+  end,
+  judge = function(s, p, cost)
+    local limit, a, b = p.cap, p.x, p.y
+    local to_end = div_ceil(a - offset(s.now, a, b), b)
     local function report(allowed, c, retry)
       local reset = 0
       if c > 0 then
@@ -130,17 +163,26 @@ algorithms.fixed_window = {
       return { allowed, math.max(limit - c, 0), retry, reset, 0 }
     end
     if cost > limit then
-      return report(0, count, -1)
+      return report(0, s.count, -1)
     end
-    if cost <= limit - count or cost == 0 then
-      local c = count + cost
-      return report(1, c, 0), function(floor)
-        save(key, 'dd', to_end, floor, c, now)
-      end
+    if cost <= limit - s.count or cost == 0 then
+      local c = s.count + cost
+      return report(1, c, 0), { count = c, now = s.now }
     end
-    return report(0, count, to_end)
+    return report(0, s.count, to_end)
   end,
-}
+  change = function(s, p, op, cost)
+    if op == 'refund' then
+      return { count = math.max(s.count - cost, 0), now = s.now }
+    end
+    if cost > p.max - s.count then
+      return nil
+    end
+    return { count = s.count + cost, now = s.now }
+  end,
+}, 'dd', function(s)
+  return s.count, s.now
+end)
 
 -- The wait (units) for a denied cost <= limit: first while the previous
 -- window's weight shrinks, else in the next window where this one's count
@@ -161,23 +203,27 @@ local function counter_wait(limit, a, prev, curr, cost, weight)
   return weight + a - largest_weight(curr, limit - cost, a)
 end
 
-algorithms.sliding_counter = {
+algorithms.sliding_counter = packed({
   keys = 1,
-  decide = function(keys, i, limit, a, b, now, cost)
-    local key = keys[i]
-    local s = load(key, 'ddd') or { 0, 0, 0 }
+  read = function(keys, i, p, now)
+    local s = load(keys[i], 'ddd') or { 0, 0, 0 }
     local prev, curr, last = s[1], s[2], s[3]
     if now < last then
       now = last
     end
-    local crossed = boundaries(last, now, a, b)
+    local crossed = boundaries(last, now, p.x, p.y)
     if crossed == 1 then
       prev, curr = curr, 0
     elseif crossed == 2 then
       prev, curr = 0, 0
     end
+    return { prev = prev, curr = curr, now = now }
+  end,
+  judge = function(s, p, cost)
+    local limit, a, b = p.cap, p.x, p.y
+    local prev, curr = s.prev, s.curr
     -- The previous window's weight: the units of it still in the trailing period.
-    local weight = a - offset(now, a, b)
+    local weight = a - offset(s.now, a, b)
     local room = math.max(limit * a - prev * weight, 0)
     local function report(allowed, c, retry)
       local reset = 0
@@ -192,109 +238,190 @@ algorithms.sliding_counter = {
       return report(0, curr, -1)
     end
     if (curr + cost) * a <= room or cost == 0 then
-      local d = report(1, curr + cost, 0)
-      return d, function(floor)
-        save(key, 'ddd', d[4], floor, prev, curr + cost, now)
-      end
+      return report(1, curr + cost, 0), { prev = prev, curr = curr + cost, now = s.now }
     end
     return report(0, curr, div_ceil(counter_wait(limit, a, prev, curr, cost, weight), b))
   end,
-}
+  -- A refund takes from the current window first (the newest charges).
+  change = function(s, p, op, cost)
+    if op == 'refund' then
+      local from_curr = math.min(s.curr, cost)
+      return { prev = math.max(s.prev - (cost - from_curr), 0), curr = s.curr - from_curr, now = s.now }
+    end
+    if cost > p.max - s.curr then
+      return nil
+    end
+    return { prev = s.prev, curr = s.curr + cost, now = s.now }
+  end,
+}, 'ddd', function(s)
+  return s.prev, s.curr, s.now
+end)
 
 -- Sliding log: a sorted set of admitted requests scored by time (us), and a
 -- twin scored by the running total of costs before each request; a member is
 -- the running total after its request, unique per request even within one
 -- microsecond, and zero-padded to 16 digits (2^53 has 16) so that members
--- sharing a time sort by it. Every lookup is O(log n); pruning is amortised
--- O(1).
+-- sharing a time sort by it. A third key holds the time of the last refund,
+-- which moves the key's clock without adding a request. Every lookup is
+-- O(log n); pruning is amortised O(1).
 algorithms.sliding_log = {
-  keys = 2,
-  decide = function(keys, i, limit, span, _, now, cost)
-    local times, totals = keys[i], keys[i + 1]
+  keys = 3,
+  read = function(keys, i, p, now)
+    local times, totals, clock = keys[i], keys[i + 1], keys[i + 2]
     local newest = redis.call('ZRANGE', times, -1, -1, 'WITHSCORES')
     local total, newest_at = 0, nil
     if newest[1] then
       total, newest_at = tonumber(newest[1]), tonumber(newest[2])
-      if now < newest_at then
-        now = newest_at
-      end
+      now = math.max(now, newest_at)
+    end
+    local moved = redis.call('GET', clock)
+    if moved then
+      now = math.max(now, tonumber(moved))
     end
     -- An entry at t has left once now >= t + period, i.e. t <= now - span.
-    local cutoff = now - span
+    local cutoff = now - p.x
     local first = redis.call('ZRANGEBYSCORE', times, '(' .. int(cutoff), '+inf', 'LIMIT', 0, 1)[1]
     local start = total
     if first then
       start = tonumber(redis.call('ZSCORE', totals, first))
     end
-    local sum = total - start
-    local function report(allowed, s, at, retry)
+    return {
+      times = times, totals = totals, clock = clock, now = now, cutoff = cutoff,
+      total = total, start = start, newest_at = newest_at,
+    }
+  end,
+  judge = function(s, p, cost)
+    local limit, span, now = p.cap, p.x, s.now
+    local sum = s.total - s.start
+    local function report(allowed, used, at, retry)
       local reset = 0
-      if s > 0 and at then
+      if used > 0 and at then
         reset = at - now + span
       end
-      return { allowed, math.max(limit - s, 0), retry, reset, 0 }
+      return { allowed, math.max(limit - used, 0), retry, reset, 0 }
     end
     if cost > limit then
-      return report(0, sum, newest_at, -1)
+      return report(0, sum, s.newest_at, -1)
     end
-    if cost <= limit - sum then
+    if cost <= limit - sum or cost == 0 then
       if cost == 0 then
-        return report(1, sum, newest_at, 0)
+        return report(1, sum, s.newest_at, 0), s
       end
-      return report(1, sum + cost, now, 0), function(floor)
-        redis.call('ZREMRANGEBYSCORE', times, '-inf', int(cutoff))
-        redis.call('ZREMRANGEBYSCORE', totals, '-inf', '(' .. int(start))
-        local member = string.format('%016d', total + cost)
-        redis.call('ZADD', times, int(now), member)
-        redis.call('ZADD', totals, int(total), member)
-        local ttl = int(ttl_ms(span, floor))
-        redis.call('PEXPIRE', times, ttl)
-        redis.call('PEXPIRE', totals, ttl)
-      end
+      return report(1, sum + cost, now, 0), { base = s, add = cost }
     end
     -- The oldest live requests must leave until `excess` cost has gone: the
     -- last entry whose running total before it is below start + excess.
     local excess = sum + cost - limit
-    local k = redis.call('ZREVRANGEBYSCORE', totals, '(' .. int(start + excess), '-inf', 'LIMIT', 0, 1)[1]
-    local at = tonumber(redis.call('ZSCORE', times, k))
-    return report(0, sum, newest_at, at - now + span)
+    local k = redis.call('ZREVRANGEBYSCORE', s.totals, '(' .. int(s.start + excess), '-inf', 'LIMIT', 0, 1)[1]
+    local at = tonumber(redis.call('ZSCORE', s.times, k))
+    return report(0, sum, s.newest_at, at - now + span)
+  end,
+  change = function(s, p, op, cost)
+    if op == 'refund' then
+      return { base = s, refund = cost }
+    end
+    if cost > p.max - s.total then
+      return nil
+    end
+    return { base = s, add = cost }
+  end,
+  write = function(_, _, p, c, floor)
+    local s = c.base
+    local ttl = int(ttl_ms(p.x, floor))
+    if c.add then
+      redis.call('ZREMRANGEBYSCORE', s.times, '-inf', int(s.cutoff))
+      redis.call('ZREMRANGEBYSCORE', s.totals, '-inf', '(' .. int(s.start))
+      local member = string.format('%016d', s.total + c.add)
+      redis.call('ZADD', s.times, int(s.now), member)
+      redis.call('ZADD', s.totals, int(s.total), member)
+      redis.call('PEXPIRE', s.times, ttl)
+      redis.call('PEXPIRE', s.totals, ttl)
+      return
+    end
+    -- A refund takes from the newest requests, as the core's does.
+    local left = c.refund
+    while left > 0 do
+      local newest = redis.call('ZRANGE', s.times, -1, -1, 'WITHSCORES')
+      if not newest[1] then
+        break
+      end
+      local member, at = newest[1], newest[2]
+      local after = tonumber(member)
+      local before = tonumber(redis.call('ZSCORE', s.totals, member))
+      redis.call('ZREM', s.times, member)
+      redis.call('ZREM', s.totals, member)
+      if after - before > left then
+        local kept = string.format('%016d', after - left)
+        redis.call('ZADD', s.times, at, kept)
+        redis.call('ZADD', s.totals, int(before), kept)
+        left = 0
+      else
+        left = left - (after - before)
+      end
+    end
+    -- Emptied sorted sets vanish; one refilled above needs its TTL again.
+    redis.call('PEXPIRE', s.times, ttl)
+    redis.call('PEXPIRE', s.totals, ttl)
+    redis.call('SET', s.clock, int(s.now), 'PX', ttl)
   end,
 }
 
 -- The token bucket, GCRA and the leaky meter make identical decisions on
--- their debt (capacity in use, in ticks of 1/q us); they differ only in what
--- they store: tokens left, TAT - last charge, or the level.
+-- their debt (capacity in use, in ticks of 1/q us; above the capacity after
+-- a forced charge); they differ only in what they store: tokens left (below
+-- 0 in debt), TAT - last charge, or the level.
+local function debt_read(to_debt)
+  return function(keys, i, p, now)
+    local s = load(keys[i], 'dd')
+    local debt, last = 0, 0
+    if s then
+      debt, last = to_debt(s[1], p.cap * p.x), s[2]
+    end
+    if now < last then
+      now = last
+    end
+    return { debt = drained(debt, now - last, p.y), now = now }
+  end
+end
+
+-- A refund or a forced charge of a debt of ticks (1/q us) of `p.x` per unit.
+local function debt_change(s, p, op, cost)
+  local debt, per_unit = s.debt, p.x
+  if op == 'refund' then
+    if cost >= div_ceil(debt, per_unit) then
+      return { debt = 0, now = s.now }
+    end
+    return { debt = debt - cost * per_unit, now = s.now }
+  end
+  if cost > div_floor(p.max - debt, per_unit) then
+    return nil
+  end
+  return { debt = debt + cost * per_unit, now = s.now }
+end
+
 local function bucket(to_debt, from_debt)
-  return {
+  return packed({
     keys = 1,
-    decide = function(keys, i, burst, p, q, now, cost)
-      local key = keys[i]
-      local capacity = burst * p
-      local s = load(key, 'dd')
-      local debt, last = 0, 0
-      if s then
-        debt, last = to_debt(s[1], capacity), s[2]
-      end
-      if now < last then
-        now = last
-      end
-      debt = drained(debt, now - last, q)
+    read = debt_read(to_debt),
+    judge = function(s, p, cost)
+      local burst, per_unit, q = p.cap, p.x, p.y
+      local capacity = burst * per_unit
       local function report(allowed, after, retry)
-        return { allowed, div_floor(capacity - after, p), retry, div_ceil(after, q), 0 }
+        return { allowed, div_floor(math.max(capacity - after, 0), per_unit), retry, div_ceil(after, q), 0 }
       end
       if cost > burst then
-        return report(0, debt, -1)
+        return report(0, s.debt, -1)
       end
-      local after = debt + cost * p
+      local after = s.debt + cost * per_unit
       if after <= capacity or cost == 0 then
-        local d = report(1, after, 0)
-        return d, function(floor)
-          save(key, 'dd', d[4], floor, from_debt(after, capacity), now)
-        end
+        return report(1, after, 0), { debt = after, now = s.now }
       end
-      return report(0, debt, div_ceil(after - capacity, q))
+      return report(0, s.debt, div_ceil(after - capacity, q))
     end,
-  }
+    change = debt_change,
+  }, 'dd', function(s, p)
+    return from_debt(s.debt, p.cap * p.x), s.now
+  end)
 end
 
 local function same(v)
@@ -310,50 +437,48 @@ algorithms.gcra = bucket(same, same)
 algorithms.leaky_bucket = bucket(same, same)
 
 -- Leaky queue: the wait until the drain is free (ticks of 1/q us) as of the
--- last charge; one request is served at once and `burst` more wait.
-algorithms.leaky_queue = {
+-- last charge, a debt like a bucket's; one request is served at once and
+-- `burst` more wait.
+algorithms.leaky_queue = packed({
   keys = 1,
-  decide = function(keys, i, burst, p, q, now, cost)
-    local key = keys[i]
-    local s = load(key, 'dd') or { 0, 0 }
-    local last = s[2]
-    if now < last then
-      now = last
-    end
-    local wait = drained(s[1], now - last, q)
-    local capacity = burst * p
+  read = debt_read(same),
+  judge = function(s, p, cost)
+    local burst, per_unit, q = p.cap, p.x, p.y
+    local wait = s.debt
+    local capacity = burst * per_unit
     local function report(allowed, w, retry, delay)
-      return { allowed, div_floor(math.max(capacity + p - w, 0), p), retry, div_ceil(w, q), delay }
+      return { allowed, div_floor(math.max(capacity + per_unit - w, 0), per_unit), retry, div_ceil(w, q), delay }
     end
     if cost == 0 then
-      return report(1, wait, 0, 0)
+      return report(1, wait, 0, 0), s
     end
     if cost - 1 > burst then
       return report(0, wait, -1, 0)
     end
-    local queued = wait + (cost - 1) * p
+    local queued = wait + (cost - 1) * per_unit
     if queued <= capacity then
-      local w = wait + cost * p
-      local d = report(1, w, 0, div_ceil(wait, q))
-      return d, function(floor)
-        save(key, 'dd', d[4], floor, w, now)
-      end
+      local w = wait + cost * per_unit
+      return report(1, w, 0, div_ceil(wait, q)), { debt = w, now = s.now }
     end
     return report(0, wait, div_ceil(queued - capacity, q), 0)
   end,
-}
+  change = debt_change,
+}, 'dd', function(s)
+  return s.debt, s.now
+end)
 
--- All limits of a policy, atomically: every limit is charged or none is.
-local function decide(keys, args)
+-- One call on all limits of a policy, atomically: every limit is charged (or
+-- changed) or none is.
+local function run(keys, args)
   local now = tonumber(args[1])
   if not now then
     local t = redis.call('TIME')
     now = tonumber(t[1]) * 1000000 + tonumber(t[2])
   end
-  local floor, cost, n = tonumber(args[2]), tonumber(args[3]), tonumber(args[4])
-  local out, charges, all, k = { 1 }, {}, true, 1
+  local floor, op, amount, n = tonumber(args[2]), args[3], tonumber(args[4]), tonumber(args[5])
+  local limits, k = {}, 1
   for l = 0, n - 1 do
-    local at = 5 + 4 * l
+    local at = 6 + 5 * l
     local alg = algorithms[args[at]]
     if not alg then
       return redis.error_reply('tollgate: unknown algorithm ' .. tostring(args[at]))
@@ -361,26 +486,77 @@ local function decide(keys, args)
     if #keys < k + alg.keys - 1 then
       return redis.error_reply('tollgate: too few keys for ' .. args[at])
     end
-    local d, charge = alg.decide(keys, k, tonumber(args[at + 1]), tonumber(args[at + 2]),
-      tonumber(args[at + 3]), now, cost)
+    local p = {
+      cap = tonumber(args[at + 1]), x = tonumber(args[at + 2]),
+      y = tonumber(args[at + 3]), max = tonumber(args[at + 4]),
+    }
+    limits[#limits + 1] = { alg = alg, i = k, p = p }
     k = k + alg.keys
-    if d[1] == 1 then
-      charges[#charges + 1] = charge
+  end
+  -- Every limit's decision on `cost` (concatenated) and state after it.
+  local function judge_all(cost)
+    local out, after, all = {}, {}, true
+    for j, l in ipairs(limits) do
+      local d, s = l.alg.judge(l.alg.read(keys, l.i, l.p, now), l.p, cost)
+      all = all and d[1] == 1
+      after[j] = s
+      for _, v in ipairs(d) do
+        out[#out + 1] = v
+      end
+    end
+    return out, after, all
+  end
+  local charged = 0
+  if op == 'refund' or op == 'force' then
+    local changed = {}
+    for j, l in ipairs(limits) do
+      changed[j] = l.alg.change(l.alg.read(keys, l.i, l.p, now), l.p, op, amount)
+      if not changed[j] then
+        return redis.error_reply('TOLLGATE_RANGE a forced charge of ' .. int(amount)
+          .. ' on ' .. args[6 + 5 * (j - 1)] .. ' would take the key past ' .. int(l.p.max)
+          .. ' units, where the script stops being exact; nothing was charged')
+      end
+    end
+    if amount > 0 then
+      for j, l in ipairs(limits) do
+        l.alg.write(keys, l.i, l.p, changed[j], floor)
+      end
+    end
+    if op == 'force' then
+      charged = amount
+    end
+    amount = 0
+  elseif op == 'lease' then
+    -- Admission is monotone in the cost: the largest cost every limit
+    -- admits is the smallest `remaining` of a peek.
+    local peek = judge_all(0)
+    local most = amount
+    for j = 1, #limits do
+      most = math.min(most, peek[5 * j - 3])
+    end
+    if most == 0 then
+      amount = math.min(amount, 1)
     else
-      all = false
+      amount = most
     end
-    for _, v in ipairs(d) do
-      out[#out + 1] = v
-    end
+  elseif op ~= 'check' then
+    return redis.error_reply('tollgate: unknown operation ' .. tostring(op))
   end
-  if not all then
-    out[1] = 0
-  elseif cost > 0 then
-    for _, charge in ipairs(charges) do
-      charge(floor)
+  local out, after, all = judge_all(amount)
+  if all and amount > 0 then
+    for j, l in ipairs(limits) do
+      l.alg.write(keys, l.i, l.p, after[j], floor)
     end
+    charged = amount
   end
-  return out
+  local reply = { 0, charged }
+  if all then
+    reply[1] = 1
+  end
+  for _, v in ipairs(out) do
+    reply[#reply + 1] = v
+  end
+  return reply
 end
 
-redis.register_function('tollgate_decide', decide)
+redis.register_function('tollgate_v2', run)

@@ -5,10 +5,10 @@ use std::time::Duration;
 
 use redis::{Cmd, ErrorKind, RedisError, RedisResult, Value};
 use tollgate::{Backend, BackendError, Policy};
-use tollgate_core::{Decision, Limit, RetryAfter};
+use tollgate_core::{Algorithm, Decision, Lease, LeaseError, Limit, RetryAfter};
 
 use crate::conn::Conn;
-use crate::exact::{self, Encoded, MAX_TIME_US};
+use crate::exact::{self, Encoded, MAX_EXACT, MAX_TIME_US};
 use crate::keys::KeySpace;
 use crate::script::{self, ScriptMode};
 
@@ -116,7 +116,8 @@ impl RedisConfig {
 /// `Timeout`, `Unavailable` (connection refused or lost; reconnection is
 /// automatic), `Store` (the server answered with an error),
 /// `UnsupportedPolicy` (a quota outside the exact range, see
-/// [`RedisBackend::validate`]) or `InvalidKey`.
+/// [`RedisBackend::validate`], or a lease of a sliding log), `OutOfRange` (a
+/// forced charge that would take the key past that range) or `InvalidKey`.
 #[derive(Clone)]
 pub struct RedisBackend {
     conn: Conn,
@@ -165,36 +166,55 @@ impl RedisBackend {
         cost: u64,
         now_us: u64,
     ) -> Result<Decision, BackendError> {
-        if now_us > MAX_TIME_US {
-            return Err(BackendError::Store(format!(
-                "time {now_us}us is beyond the exact range of the store ({MAX_TIME_US}us)"
-            )));
-        }
-        self.decide(key, policy, cost, Some(now_us)).await
+        let done = self.apply_at(key, policy, Operation::Check(cost), now_us);
+        done.await.map(|d| d.decision)
     }
 
-    async fn decide(
+    /// Applies `op` like the [`Backend`] method of the same name, but at
+    /// `now_us` microseconds on the caller's clock (see
+    /// [`RedisBackend::check_at`]). Returns the cost the call charged (a
+    /// check's cost when admitted, the forced cost, the leased cost; 0 for a
+    /// refund) with the decision.
+    pub async fn apply_at(
         &self,
         key: &str,
         policy: &Policy,
-        cost: u64,
+        op: Operation,
+        now_us: u64,
+    ) -> Result<Lease, BackendError> {
+        if now_us > MAX_TIME_US {
+            return Err(BackendError::OutOfRange(format!(
+                "time {now_us}us is beyond the latest the store computes exactly \
+                 ({MAX_TIME_US}us, about the year 2112 on the Unix clock)"
+            )));
+        }
+        self.call(key, policy, op, Some(now_us)).await
+    }
+
+    /// One call of the script: `op` on every limit of `policy`, atomically.
+    async fn call(
+        &self,
+        key: &str,
+        policy: &Policy,
+        op: Operation,
         now_us: Option<u64>,
-    ) -> Result<Decision, BackendError> {
+    ) -> Result<Lease, BackendError> {
+        let (name, amount) = op.encode(policy)?;
         let keys = self.redis_keys(key, policy)?;
         let mut cmd = self.invocation(&keys);
         match now_us {
             Some(t) => cmd.arg(t).arg(self.replay_ttl_ms),
             None => cmd.arg("").arg(0),
         };
-        cmd.arg(cost).arg(policy.limits().len());
+        cmd.arg(name).arg(amount).arg(policy.limits().len());
         for limit in policy.limits() {
             let e = encode(limit)?;
-            cmd.arg(e.algorithm).arg(e.cap).arg(e.x).arg(e.y);
+            cmd.arg(e.algorithm).arg(e.cap).arg(e.x).arg(e.y).arg(e.max);
         }
         let reply = self.run(&cmd, &keys[0]).await?;
         let reply: Vec<i64> = redis::from_redis_value(&reply)
             .map_err(|e| BackendError::Store(format!("unexpected reply: {e}")))?;
-        to_decision(&reply, policy.limits())
+        to_lease(&reply, policy.limits())
     }
 
     /// `FCALL` or `EVALSHA` with `keys`, arguments to follow.
@@ -240,13 +260,9 @@ impl Backend for RedisBackend {
         RedisBackend::validate(policy)
     }
 
-    fn check(
-        &self,
-        key: &str,
-        policy: &Policy,
-        cost: u64,
-    ) -> impl Future<Output = Result<Decision, BackendError>> + Send {
-        self.decide(key, policy, cost, None)
+    async fn check(&self, key: &str, policy: &Policy, cost: u64) -> Result<Decision, BackendError> {
+        let done = self.call(key, policy, Operation::Check(cost), None);
+        done.await.map(|d| d.decision)
     }
 
     async fn reset(&self, key: &str, policy: &Policy) -> Result<(), BackendError> {
@@ -254,6 +270,75 @@ impl Backend for RedisBackend {
         let mut cmd = redis::cmd("DEL");
         cmd.arg(&keys);
         self.run(&cmd, &keys[0]).await.map(drop)
+    }
+
+    async fn refund(
+        &self,
+        key: &str,
+        policy: &Policy,
+        cost: u64,
+    ) -> Result<Decision, BackendError> {
+        let done = self.call(key, policy, Operation::Refund(cost), None);
+        done.await.map(|d| d.decision)
+    }
+
+    async fn force(&self, key: &str, policy: &Policy, cost: u64) -> Result<Decision, BackendError> {
+        let done = self.call(key, policy, Operation::Force(cost), None);
+        done.await.map(|d| d.decision)
+    }
+
+    fn lease(
+        &self,
+        key: &str,
+        policy: &Policy,
+        max: u64,
+    ) -> impl Future<Output = Result<Lease, BackendError>> + Send {
+        self.call(key, policy, Operation::Lease(max), None)
+    }
+}
+
+/// One operation of the [`Backend`] trait on a key, with its amount.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Operation {
+    /// [`Backend::check`] of this cost.
+    Check(u64),
+    /// [`Backend::refund`] of this cost.
+    Refund(u64),
+    /// [`Backend::force`] of this cost.
+    Force(u64),
+    /// [`Backend::lease`] of at most this cost.
+    Lease(u64),
+}
+
+impl Operation {
+    /// The script's name of the operation and its amount, which must be an
+    /// exact double. Amounts beyond 2^53 mean the same as 2^53 for a check,
+    /// a refund (every stored value is below it) and a lease (capacities
+    /// are below it); a forced charge that large is refused.
+    fn encode(self, policy: &Policy) -> Result<(&'static str, u64), BackendError> {
+        let exact = |v: u64| v.min(MAX_EXACT as u64);
+        Ok(match self {
+            Operation::Check(cost) => ("check", exact(cost)),
+            Operation::Refund(cost) => ("refund", exact(cost)),
+            Operation::Force(cost) if cost as u128 > MAX_EXACT => {
+                return Err(BackendError::OutOfRange(format!(
+                    "a forced charge of {cost} is beyond 2^53, where the store's \
+                     arithmetic stops being exact"
+                )))
+            }
+            Operation::Force(cost) => ("force", cost),
+            Operation::Lease(max) => {
+                if policy
+                    .limits()
+                    .iter()
+                    .any(|l| l.algorithm == Algorithm::SlidingLog)
+                {
+                    let refused = LeaseError::NotLeasable(Algorithm::SlidingLog);
+                    return Err(BackendError::UnsupportedPolicy(refused.to_string()));
+                }
+                ("lease", exact(max))
+            }
+        })
     }
 }
 
@@ -285,6 +370,9 @@ fn unknown_command(e: &RedisError) -> bool {
         .contains("unknown command")
 }
 
+/// The error code of a forced charge the script refuses.
+const OUT_OF_RANGE: &str = "TOLLGATE_RANGE";
+
 fn lost_script(e: &RedisError) -> bool {
     e.kind() == ErrorKind::NoScriptError || e.to_string().contains("Function not found")
 }
@@ -292,7 +380,9 @@ fn lost_script(e: &RedisError) -> bool {
 /// Maps a client error onto the kinds a caller chooses fail-open or
 /// fail-closed by.
 fn classify(e: RedisError, deadline: Duration) -> BackendError {
-    if e.is_timeout() {
+    if e.code() == Some(OUT_OF_RANGE) {
+        BackendError::OutOfRange(e.detail().unwrap_or_default().to_string())
+    } else if e.is_timeout() {
         BackendError::Timeout(deadline)
     } else if e.is_io_error()
         || e.is_connection_refusal()
@@ -312,20 +402,21 @@ fn classify(e: RedisError, deadline: Duration) -> BackendError {
     }
 }
 
-/// The script's reply (`all_allowed`, then five integers per limit, times
-/// in microseconds) as the core's merged decision.
-fn to_decision(reply: &[i64], limits: &[Limit]) -> Result<Decision, BackendError> {
-    if reply.len() != 1 + 5 * limits.len() {
+/// The script's reply (`all_allowed`, the cost charged, then five integers
+/// per limit, times in microseconds) as the cost charged and the core's
+/// merged decision.
+fn to_lease(reply: &[i64], limits: &[Limit]) -> Result<Lease, BackendError> {
+    if reply.len() != 2 + 5 * limits.len() {
         return Err(BackendError::Store(format!(
             "expected {} integers from the script, got {}",
-            1 + 5 * limits.len(),
+            2 + 5 * limits.len(),
             reply.len()
         )));
     }
     let ns = |us: i64| u64::try_from(us).unwrap_or(0).saturating_mul(1000);
-    limits
+    let decision = limits
         .iter()
-        .zip(reply[1..].chunks_exact(5))
+        .zip(reply[2..].chunks_exact(5))
         .map(|(limit, r)| Decision {
             allowed: r[0] == 1,
             limit: limit.capacity(),
@@ -339,5 +430,9 @@ fn to_decision(reply: &[i64], limits: &[Limit]) -> Result<Decision, BackendError
             delay: ns(r[4]),
         })
         .reduce(Decision::most_restrictive)
-        .ok_or_else(|| BackendError::Store("a policy without limits".into()))
+        .ok_or_else(|| BackendError::Store("a policy without limits".into()))?;
+    Ok(Lease {
+        granted: u64::try_from(reply[1]).unwrap_or(0),
+        decision,
+    })
 }

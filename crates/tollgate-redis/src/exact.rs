@@ -20,8 +20,13 @@
 //!
 //! [`encode`] computes the largest value each algorithm can produce for a
 //! quota (the bounds are derived next to each case) and refuses the quota if
-//! it exceeds 2^53. What that admits, for a period that is a whole number of
-//! microseconds:
+//! it exceeds 2^53. Refunds only lower a key's numbers; a forced charge can
+//! take them past a decision's bound, so [`Encoded::max`] caps what it may
+//! leave, and the script refuses a forced charge beyond it
+//! ([`tollgate::BackendError::OutOfRange`]), leaving the key unchanged. For
+//! everyday quotas that cap is far away: a fixed window's count may reach
+//! about 9 * 10^15, a GCRA debt at 100 per minute about 285 years of refill. What the
+//! range admits, for a period that is a whole number of microseconds:
 //!
 //! - `fixed_window`, `sliding_log`: every period up to about 95 years;
 //! - `sliding_counter`: `limit * period_us <= 2^52`, e.g. 1.25 million per
@@ -45,7 +50,7 @@ pub const MAX_EXACT: u128 = 1 << 53;
 /// than 142 years).
 pub const MAX_TIME_US: u64 = 1 << 52;
 
-/// One limit as the script's arguments: the algorithm's name and three
+/// One limit as the script's arguments: the algorithm's name and four
 /// integers (see `lua/tollgate.lua`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Encoded {
@@ -57,6 +62,11 @@ pub struct Encoded {
     pub x: u64,
     /// `b` for the windows, `q` for the buckets, unused (1) for the log.
     pub y: u64,
+    /// The largest value the key's stored quantity may reach (a window's
+    /// count, a debt in ticks, the log's running total) with every
+    /// computation still exact: only a forced charge can pass the usual
+    /// bound, and the script refuses one that would pass this.
+    pub max: u64,
 }
 
 /// A quota whose computations would not be exact in the store.
@@ -138,11 +148,23 @@ pub fn encode(limit: &Limit) -> Result<Encoded, OutOfRange> {
             largest,
         });
     }
+    // What each algorithm adds to its stored quantity within one decision
+    // (a cost of at most `cap`, in the script's units), so that quantity
+    // may reach MAX_EXACT less that: the bound checked above keeps it at
+    // or above every value a decision alone can leave.
+    let max = match algorithm {
+        Algorithm::FixedWindow => MAX_EXACT - rate,
+        Algorithm::SlidingCounter => MAX_EXACT / x - rate,
+        Algorithm::SlidingLog => MAX_EXACT,
+        Algorithm::LeakyQueue => MAX_EXACT - (burst + 1) * x,
+        Algorithm::TokenBucket | Algorithm::Gcra | Algorithm::LeakyBucket => MAX_EXACT - burst * x,
+    };
     Ok(Encoded {
         algorithm: algorithm.name(),
         cap: cap as u64,
         x: x as u64,
         y: y as u64,
+        max: max as u64,
     })
 }
 

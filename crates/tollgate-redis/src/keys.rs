@@ -1,7 +1,7 @@
 //! Redis key names: `<prefix>{<key>}:<algorithm>:<limit>:<period_ns>:<burst>`.
 //!
 //! The caller's key is the hash tag, so every key of one decision (all the
-//! limits of a policy, both sorted sets of a sliding log) lands in one Redis
+//! limits of a policy, the three keys of a sliding log) lands in one Redis
 //! Cluster slot and one script can touch them atomically. The quota is part
 //! of the name, so changing a policy starts fresh state instead of reading
 //! state written under another quota.
@@ -56,7 +56,8 @@ impl KeySpace {
     }
 
     /// Appends the Redis keys of `limit` for the key whose stem is `stem`:
-    /// one, or two for the sliding log (its times and its running totals).
+    /// one, or three for the sliding log (its times, its running totals and
+    /// the time of its last refund).
     pub fn push_keys(stem: &str, limit: &Limit, out: &mut Vec<String>) {
         let q = &limit.quota;
         let name = format!(
@@ -69,6 +70,7 @@ impl KeySpace {
         if limit.algorithm == Algorithm::SlidingLog {
             out.push(format!("{name}:t"));
             out.push(format!("{name}:c"));
+            out.push(format!("{name}:l"));
         } else {
             out.push(name);
         }
@@ -103,7 +105,8 @@ mod tests {
             [
                 "app:{u}:gcra:10:1000000000:10",
                 "app:{u}:sliding_log:10:1000000000:10:t",
-                "app:{u}:sliding_log:10:1000000000:10:c"
+                "app:{u}:sliding_log:10:1000000000:10:c",
+                "app:{u}:sliding_log:10:1000000000:10:l"
             ]
         );
     }

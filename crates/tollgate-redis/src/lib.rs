@@ -1,11 +1,13 @@
 //! Redis and Redis Cluster backend for tollgate.
 //!
-//! Every decision is one round trip: an `FCALL` of the `tollgate` Redis
-//! Function library (`lua/tollgate.lua`, all seven algorithms), or the same
-//! Lua through `EVALSHA` on servers without Functions. The script reads the
-//! server's clock (`TIME`), applies every limit of a policy atomically, and
-//! sets a TTL equal to `reset_after` on each key it charges, so idle keys
-//! vanish. A library lost to a restart or failover is reloaded on the spot.
+//! Every call is one round trip: an `FCALL` of the `tollgate` Redis
+//! Function library (`lua/tollgate.lua`, all seven algorithms behind one
+//! entry point for a decision, a refund, a forced charge and a lease), or
+//! the same Lua through `EVALSHA` on servers without Functions. The script
+//! reads the server's clock (`TIME`), applies every limit of a policy
+//! atomically, and sets a TTL equal to `reset_after` on each key it
+//! charges, so idle keys vanish. A library lost to a restart or failover is
+//! reloaded on the spot.
 //!
 //! Decisions are those of `tollgate-core`: the same `allowed` and
 //! `remaining`, and durations equal to the core's rounded up to the
@@ -26,7 +28,8 @@
 //! ```
 //!
 //! Keys are `<prefix>{<key>}:<algorithm>:<limit>:<period_ns>:<burst>`; the
-//! sliding log keeps two sorted sets per key and limit. A sliding log's
+//! sliding log keeps two sorted sets per key and limit, and the time of its
+//! last refund. A sliding log's
 //! running total of admitted cost must stay below 2^53 over the key's life
 //! (it restarts when the key expires): 285 years at a million per second.
 
@@ -38,8 +41,8 @@ mod keys;
 mod script;
 
 pub use backend::{
-    RedisBackend, RedisConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX, DEFAULT_REPLAY_TTL,
-    DEFAULT_TIMEOUT,
+    Operation, RedisBackend, RedisConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX,
+    DEFAULT_REPLAY_TTL, DEFAULT_TIMEOUT,
 };
 pub use conn::CLUSTER_SCHEME;
 pub use keys::{KeySpace, MAX_KEY_BYTES};

@@ -7,8 +7,9 @@ use std::sync::LazyLock;
 /// seven algorithms.
 pub const LIBRARY: &str = include_str!("../lua/tollgate.lua");
 
-/// The function every decision calls.
-pub const FUNCTION: &str = "tollgate_decide";
+/// The function every call of the backend runs: one entry point for every
+/// operation, named with the version of its arguments (see the library).
+pub const FUNCTION: &str = "tollgate_v2";
 
 /// How decisions reach the script.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -1,14 +1,14 @@
-//! Redis decides exactly like the core: random traces with microsecond
-//! times, every algorithm, single and layered policies, through `FCALL` and
-//! through `EVALSHA`.
+//! Redis decides exactly like the core: random traces of checks, refunds,
+//! forced charges and leases with microsecond times, every algorithm,
+//! single and layered policies, through `FCALL` and through `EVALSHA`.
 
 mod common;
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
-use tollgate::{Algorithm, Limit, Policy, Quota, State};
-use tollgate_core::decide_all;
-use tollgate_redis::ScriptMode;
+use tollgate::{Algorithm, BackendError, Decision, Lease, Limit, Policy, Quota, State};
+use tollgate_core::{decide_all, force_all, lease_all, preview_all, refund_all};
+use tollgate_redis::{Operation, ScriptMode};
 
 /// A Unix time in microseconds (late 2023), so windows align on the epoch
 /// with realistic magnitudes.
@@ -32,12 +32,40 @@ fn limit() -> impl Strategy<Value = Limit> {
 }
 
 /// One request: microseconds since the previous one (sometimes negative, a
-/// late arrival), which of three keys, and its cost.
+/// late arrival), which of three keys, and the operation.
 #[derive(Clone, Debug)]
 struct Request {
     step_us: i64,
     key: usize,
-    cost: u64,
+    op: Operation,
+}
+
+fn operation() -> impl Strategy<Value = Operation> {
+    let cost = || prop_oneof![1 => Just(0u64), 6 => 1u64..4, 1 => 4u64..20];
+    prop_oneof![
+        8 => cost().prop_map(Operation::Check),
+        1 => prop_oneof![cost(), Just(u64::MAX)].prop_map(Operation::Refund),
+        1 => (0u64..40).prop_map(Operation::Force),
+        2 => cost().prop_map(Operation::Lease),
+    ]
+}
+
+/// The core's answer to `op` on one key's states: the cost charged and the
+/// decision (for a refund, the key's numbers after it).
+fn core(states: &mut [State], limits: &[Limit], now: u64, op: Operation) -> Option<Lease> {
+    let charged = |cost, decision: Decision| Lease {
+        granted: if decision.allowed { cost } else { 0 },
+        decision,
+    };
+    Some(match op {
+        Operation::Check(cost) => charged(cost, decide_all(states, limits, now, cost)),
+        Operation::Refund(cost) => {
+            refund_all(states, limits, now, cost);
+            charged(0, preview_all(states, limits, now, 0))
+        }
+        Operation::Force(cost) => charged(cost, force_all(states, limits, now, cost)),
+        Operation::Lease(max) => lease_all(states, limits, now, max).ok()?,
+    })
 }
 
 fn trace(span_us: i64) -> impl Strategy<Value = Vec<Request>> {
@@ -47,17 +75,9 @@ fn trace(span_us: i64) -> impl Strategy<Value = Vec<Request>> {
         1 => -span_us..0,
         1 => 0..=4 * span_us,
     ];
-    prop::collection::vec(
-        (
-            step,
-            0usize..3,
-            prop_oneof![1 => Just(0u64), 6 => 1u64..4, 1 => 4u64..20],
-        ),
-        1..50,
-    )
-    .prop_map(|v| {
+    prop::collection::vec((step, 0usize..3, operation()), 1..50).prop_map(|v| {
         v.into_iter()
-            .map(|(step_us, key, cost)| Request { step_us, key, cost })
+            .map(|(step_us, key, op)| Request { step_us, key, op })
             .collect()
     })
 }
@@ -112,18 +132,26 @@ fn redis_decides_like_the_core_on_random_traces() {
             for (i, r) in requests.iter().enumerate() {
                 now = (now + r.step_us).max(0);
                 let key = format!("c{}-k{}", case_no.get(), r.key);
-                let core = decide_all(&mut states[r.key], &limits, now as u64 * 1000, r.cost);
-                let store = rt
-                    .block_on(redis.check_at(&key, &policy, r.cost, now as u64))
-                    .map_err(|e| TestCaseError::fail(e.to_string()))?;
-                prop_assert_eq!(
-                    store,
-                    common::at_store_resolution(core),
-                    "request {} ({:?}) at {}us",
-                    i,
-                    r,
-                    now
-                );
+                let core = core(&mut states[r.key], &limits, now as u64 * 1000, r.op);
+                let store = rt.block_on(redis.apply_at(&key, &policy, r.op, now as u64));
+                match (store, core) {
+                    (Ok(store), Some(core)) => prop_assert_eq!(
+                        store,
+                        Lease {
+                            decision: common::at_store_resolution(core.decision),
+                            ..core
+                        },
+                        "request {} ({:?}) at {}us",
+                        i,
+                        r,
+                        now
+                    ),
+                    // Only a lease of a sliding log is refused, by both.
+                    (Err(BackendError::UnsupportedPolicy(why)), None) => {
+                        prop_assert!(why.contains("sliding_log cannot lease"), "{}", why)
+                    }
+                    (store, core) => prop_assert!(false, "store {:?}, core {:?}", store, core),
+                }
             }
             Ok(())
         })

@@ -50,11 +50,13 @@ async fn every_charged_key_gets_its_reset_after_as_ttl() {
         let policy = policy(algorithm, 10, MINUTE);
         let d = redis.check("ttl", &policy, 3).await.unwrap();
         assert!(d.allowed && d.reset_after > 0, "{algorithm}");
+        // A refund writes too (the log's third key holds its time).
+        redis.refund("ttl", &policy, 1).await.unwrap();
         let reset_ms = d.reset_after.div_ceil(1_000_000);
         for key in redis.redis_keys("ttl", &policy).unwrap() {
-            let ttl: u64 = server.cli(&["pttl", &key]).unwrap().trim().parse().unwrap();
+            let ttl: i64 = server.cli(&["pttl", &key]).unwrap().trim().parse().unwrap();
             assert!(
-                ttl > 0 && ttl <= reset_ms,
+                ttl > 0 && ttl as u64 <= reset_ms,
                 "{algorithm} {key}: {ttl} ms vs {reset_ms}"
             );
         }
@@ -290,4 +292,78 @@ async fn the_store_switches_from_memory_to_redis_in_one_line() {
     }
     redis.reset("k").await.unwrap();
     assert_eq!(redis.peek("k").await.unwrap().remaining, 3);
+}
+
+#[tokio::test]
+async fn refund_force_and_lease_on_the_server_clock() {
+    let Some(server) = common::server() else {
+        return;
+    };
+    let store = tollgate::Store::new(
+        policy(Algorithm::Gcra, 10, MINUTE),
+        common::backend(&server.url()).await,
+    )
+    .unwrap();
+    let lease = store.lease("k", 4).await.unwrap();
+    assert_eq!((lease.granted, lease.decision.remaining), (4, 6));
+    // Three of the four went unused.
+    assert_eq!(store.refund("k", 3).await.unwrap().remaining, 9);
+    let forced = store.force("k", 25).await.unwrap();
+    assert!(forced.allowed);
+    assert_eq!(forced.remaining, 0);
+    // 16 units of debt beyond the burst and one more for the request, 6 s
+    // each, less the few microseconds since the charge.
+    let denied = store.check("k", 1).await.unwrap();
+    let RetryAfter::After(wait) = denied.retry_after else {
+        panic!("{denied:?}")
+    };
+    assert!(
+        wait <= 17 * 6_000_000_000 && wait > 16 * 6_000_000_000,
+        "{wait}"
+    );
+    let empty = store.lease("k", 4).await.unwrap();
+    assert_eq!(empty.granted, 0);
+    assert!(!empty.decision.allowed);
+    let log = tollgate::Store::new(
+        policy(Algorithm::SlidingLog, 10, MINUTE),
+        common::backend(&server.url()).await,
+    )
+    .unwrap();
+    let refused = log.lease("k", 1).await.unwrap_err();
+    assert!(
+        matches!(&refused, BackendError::UnsupportedPolicy(m) if m.contains("sliding_log")),
+        "{refused}"
+    );
+}
+
+#[tokio::test]
+async fn a_forced_charge_beyond_the_exact_range_is_refused_and_changes_nothing() {
+    let Some(server) = common::server() else {
+        return;
+    };
+    let redis = common::backend(&server.url()).await;
+    for algorithm in Algorithm::ALL {
+        let policy = policy(algorithm, 10, MINUTE);
+        let max = tollgate_redis::exact::encode(&policy.limits()[0])
+            .unwrap()
+            .max;
+        let before = redis.check_at("big", &policy, 3, T0_US).await.unwrap();
+        for cost in [max, u64::MAX] {
+            let err = redis
+                .apply_at(
+                    "big",
+                    &policy,
+                    tollgate_redis::Operation::Force(cost),
+                    T0_US,
+                )
+                .await
+                .unwrap_err();
+            assert!(
+                matches!(&err, BackendError::OutOfRange(m) if m.contains("exact")),
+                "{algorithm}: {err}"
+            );
+        }
+        let after = redis.check_at("big", &policy, 0, T0_US).await.unwrap();
+        assert_eq!(after.remaining, before.remaining, "{algorithm}");
+    }
 }

@@ -18,7 +18,7 @@ async fn cluster_decides_like_the_core_and_reloads_a_lost_library() {
     for node in cluster.nodes() {
         let list = node.cli(&["function", "list"]).unwrap();
         assert!(
-            list.contains("tollgate_decide"),
+            list.contains(tollgate_redis::FUNCTION),
             "library on port {}",
             node.port()
         );
@@ -73,7 +73,7 @@ async fn cluster_decides_like_the_core_and_reloads_a_lost_library() {
     }
     let list = lost.cli(&["function", "list"]).unwrap();
     assert!(
-        list.contains("tollgate_decide"),
+        list.contains(tollgate_redis::FUNCTION),
         "reloaded on port {}",
         lost.port()
     );

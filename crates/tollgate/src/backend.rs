@@ -1,7 +1,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use tollgate_core::Decision;
+use tollgate_core::{Decision, Lease};
 
 use crate::Policy;
 
@@ -36,6 +36,48 @@ pub trait Backend: Send + Sync {
         key: &str,
         policy: &Policy,
     ) -> impl Future<Output = Result<(), BackendError>> + Send;
+
+    /// Gives `cost` back to `key` on every limit, atomically: the exact
+    /// inverse of a charge of `cost` made now, capped so the key never ends
+    /// with more room than a fresh key (see [`State::refund`]). For a
+    /// request admitted by this policy and then not carried out. Returns the
+    /// key's numbers after it (`allowed` true).
+    ///
+    /// [`State::refund`]: tollgate_core::State::refund
+    fn refund(
+        &self,
+        key: &str,
+        policy: &Policy,
+        cost: u64,
+    ) -> impl Future<Output = Result<Decision, BackendError>> + Send;
+
+    /// Charges `cost` to `key` on every limit whatever its state, atomically:
+    /// never denies, and may leave the key in debt, denied (with an exact
+    /// `retry_after`) until the debt is repaid (see [`State::force`]). For
+    /// a cost known only once the work is done. Returns the key's numbers
+    /// after it (`allowed` true).
+    ///
+    /// [`State::force`]: tollgate_core::State::force
+    fn force(
+        &self,
+        key: &str,
+        policy: &Policy,
+        cost: u64,
+    ) -> impl Future<Output = Result<Decision, BackendError>> + Send;
+
+    /// Admits and charges, atomically on every limit, the largest cost
+    /// `k <= max` the key admits now, for an instance that spends the `k`
+    /// units locally and refunds what it does not use (see
+    /// [`State::lease`]). A policy with a sliding log is refused with
+    /// [`BackendError::UnsupportedPolicy`].
+    ///
+    /// [`State::lease`]: tollgate_core::State::lease
+    fn lease(
+        &self,
+        key: &str,
+        policy: &Policy,
+        max: u64,
+    ) -> impl Future<Output = Result<Lease, BackendError>> + Send;
 }
 
 /// Why a store could not decide. Distinct kinds so a caller can choose per
@@ -59,6 +101,11 @@ pub enum BackendError {
     /// The key was refused (for example empty).
     #[error("invalid key: {0}")]
     InvalidKey(String),
+    /// The operation would take the key's state beyond the range the store
+    /// computes exactly (for example a forced charge that large); nothing
+    /// was changed.
+    #[error("out of the store's exact range: {0}")]
+    OutOfRange(String),
 }
 
 /// A shared reference to a backend (`&B`, `Arc<B>`, `Box<B>`) is a backend,
@@ -87,5 +134,32 @@ where
         policy: &Policy,
     ) -> impl Future<Output = Result<(), BackendError>> + Send {
         (**self).reset(key, policy)
+    }
+
+    fn refund(
+        &self,
+        key: &str,
+        policy: &Policy,
+        cost: u64,
+    ) -> impl Future<Output = Result<Decision, BackendError>> + Send {
+        (**self).refund(key, policy, cost)
+    }
+
+    fn force(
+        &self,
+        key: &str,
+        policy: &Policy,
+        cost: u64,
+    ) -> impl Future<Output = Result<Decision, BackendError>> + Send {
+        (**self).force(key, policy, cost)
+    }
+
+    fn lease(
+        &self,
+        key: &str,
+        policy: &Policy,
+        max: u64,
+    ) -> impl Future<Output = Result<Lease, BackendError>> + Send {
+        (**self).lease(key, policy, max)
     }
 }

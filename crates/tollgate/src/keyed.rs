@@ -6,8 +6,7 @@ use std::hash::Hash;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use parking_lot::Mutex;
-
-use tollgate_core::{Decision, RetryAfter};
+use tollgate_core::{Decision, Lease, LeaseError, RetryAfter};
 
 use crate::limiter::{LimiterFull, OnFull, WaitError};
 use crate::rules::Rules;
@@ -92,32 +91,103 @@ impl<K: Hash + Eq, R: Rules> Keyed<K, R> {
                 return Ok(decision);
             }
         }
+        self.update(probe, key, clock, bounds, |state, now| {
+            let decision = self.decide_held(state, now, cost);
+            (decision, decision.allowed && cost > 0)
+        })
+    }
+
+    /// Charges `cost` for `key` now whatever its state (the core's `force`).
+    pub(crate) fn force<Q, C>(
+        &self,
+        key: &Q,
+        cost: u64,
+        clock: &C,
+        bounds: &Bounds,
+    ) -> Result<Decision, LimiterFull>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        C: Clock,
+    {
+        self.update(self.map.probe(key), key, clock, bounds, |state, now| {
+            (self.rules.force(state, now, cost), cost > 0)
+        })
+    }
+
+    /// Leases up to `max` units of `key` now (the core's `lease`). A key
+    /// held by a reservation grants nothing until the reservation's time.
+    pub(crate) fn lease<Q, C>(
+        &self,
+        key: &Q,
+        max: u64,
+        clock: &C,
+        bounds: &Bounds,
+    ) -> Result<Result<Lease, LeaseError>, LimiterFull>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        C: Clock,
+    {
+        self.update(self.map.probe(key), key, clock, bounds, |state, now| {
+            if self.rules.last_update(state) > now {
+                let decision = self.decide_held(state, now, max.min(1));
+                return (
+                    Ok(Lease {
+                        granted: 0,
+                        decision,
+                    }),
+                    false,
+                );
+            }
+            let lease = self.rules.lease(state, now, max);
+            let charged = matches!(lease, Ok(Lease { granted, .. }) if granted > 0);
+            (lease, charged)
+        })
+    }
+
+    /// The one lookup path of every operation that may charge: runs `op` on
+    /// `key`'s state with the clock read under its shard's lock. `op` returns
+    /// its result and whether it charged; a new key is stored only then,
+    /// and a key beyond `max_keys` is handled by `bounds.on_full` (under
+    /// [`OnFull::Shared`], `op` runs again on the shared overflow state).
+    #[inline(always)]
+    fn update<Q, C, T>(
+        &self,
+        probe: Probe<'_, K, R::State>,
+        key: &Q,
+        clock: &C,
+        bounds: &Bounds,
+        op: impl Fn(&mut R::State, u64) -> (T, bool),
+    ) -> Result<T, LimiterFull>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        C: Clock,
+    {
         let mut located = probe.lock();
         // Read under the lock: each key then sees its times in order.
         let now = clock.now();
         if let Some(state) = located.get_mut(key) {
-            let decision = self.decide_held(state, now, cost);
+            let (out, charged) = op(state, now);
             // Threads queueing for a key they are refused: let the next
-            // denials share the lock, until a charge is admitted again.
-            if decision.allowed {
+            // denials share the lock, until a charge is made again.
+            if charged {
                 probe.set_shared_reads(false);
             } else if located.waited {
                 probe.set_shared_reads(true);
             }
-            return Ok(decision);
+            return Ok(out);
         }
         let mut state = self.rules.fresh();
-        let decision = self.rules.decide(&mut state, now, cost);
-        if !decision.allowed || cost == 0 {
-            // Nothing changed: a fresh key needs no entry.
-            return Ok(decision);
-        }
-        if self.track(&mut located, key, state, now, bounds) {
-            return Ok(decision);
+        let (out, charged) = op(&mut state, now);
+        // Nothing changed: a fresh key needs no entry.
+        if !charged || self.track(&mut located, key, state, now, bounds) {
+            return Ok(out);
         }
         match bounds.on_full {
-            OnFull::Shared => Ok(self.decide_held(&mut self.overflow.lock(), now, cost)),
-            OnFull::AdmitUntracked => Ok(decision),
+            OnFull::Shared => Ok(op(&mut self.overflow.lock(), now).0),
+            OnFull::AdmitUntracked => Ok(out),
             OnFull::Reject => Err(LimiterFull {
                 max_keys: bounds.max_keys,
             }),
@@ -321,8 +391,8 @@ impl<K: Hash + Eq, R: Rules> Keyed<K, R> {
     }
 
     /// Gives `cost` back to `key` (nothing to do for an untracked key: it
-    /// is already as fresh as can be).
-    pub(crate) fn refund<Q, C>(&self, key: &Q, cost: u64, clock: &C)
+    /// is already as fresh as can be) and returns its numbers after it.
+    pub(crate) fn refund<Q, C>(&self, key: &Q, cost: u64, clock: &C) -> Decision
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
@@ -330,8 +400,12 @@ impl<K: Hash + Eq, R: Rules> Keyed<K, R> {
     {
         let mut located = self.map.locate(key);
         let now = clock.now();
-        if let Some(state) = located.get_mut(key) {
-            self.rules.refund(state, now, cost);
+        match located.get_mut(key) {
+            Some(state) => {
+                self.rules.refund(state, now, cost);
+                self.rules.preview(state, now, 0)
+            }
+            None => self.rules.preview(&self.rules.fresh(), now, 0),
         }
     }
 

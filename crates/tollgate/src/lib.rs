@@ -3,7 +3,8 @@
 //! Re-exports the exact core ([`tollgate_core`]) and builds on it:
 //!
 //! - [`Limiter`]: the keyed in-process limiter (sync, sharded, bounded in
-//!   memory), with peek, refund, reservations and waiting;
+//!   memory), with peek, refund, forced charges, leases, reservations and
+//!   waiting;
 //! - [`ConcurrencyLimiter`]: requests in flight per key;
 //! - [`Backend`]: the one abstraction every store implements (a store of
 //!   per-key state that applies a [`Policy`] atomically with its own clock),
@@ -32,5 +33,6 @@ pub use memory::MemoryBackend;
 pub use policy::{Policy, PolicyError};
 pub use store::Store;
 pub use tollgate_core::{
-    decide_all, preview_all, Algorithm, Decision, Limit, Quota, QuotaError, RetryAfter, State,
+    decide_all, force_all, lease_all, preview_all, refund_all, Algorithm, Decision, Lease,
+    LeaseError, Limit, Quota, QuotaError, RetryAfter, State,
 };

@@ -8,7 +8,7 @@ use std::time::Duration;
 use tollgate_core::algorithms::{
     FixedWindow, Gcra, LeakyBucket, LeakyQueue, SlidingCounter, SlidingLog, TokenBucket,
 };
-use tollgate_core::{Algorithm, Compact, Decision, RetryAfter};
+use tollgate_core::{Algorithm, Compact, Decision, Lease, LeaseError, RetryAfter};
 
 use crate::keyed::{Bounds, Keyed};
 use crate::rules::{All, One};
@@ -362,13 +362,59 @@ impl<K: Hash + Eq, C: Clock> Limiter<K, C> {
     /// Capped: a key never gets more room than a fresh key has. Which charges
     /// are undone, per algorithm: the newest ones still counted (windows and
     /// the log), `cost` emission intervals of debt (the bucket family), or of
-    /// queue (the leaky queue).
-    pub fn refund<Q>(&self, key: &Q, cost: u64)
+    /// queue (the leaky queue). Returns the key's numbers after it.
+    pub fn refund<Q>(&self, key: &Q, cost: u64) -> Decision
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
         with_keyed!(&self.table, t => t.refund(key, cost, &self.clock))
+    }
+
+    /// Charges `cost` for `key` now whatever its state, on every limit, and
+    /// returns its numbers after the charge: for a cost known only once the
+    /// work is done (tokens of a reply). Never denies; the key may go into
+    /// debt and is then denied, with an exact `retry_after`, until the debt
+    /// is repaid (see [`State::force`](crate::State::force)). Under
+    /// [`OnFull::Reject`], a new key that cannot be tracked is not charged
+    /// and gets the denial [`Limiter::check`] would give it.
+    pub fn force<Q>(&self, key: &Q, cost: u64) -> Decision
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        with_keyed!(&self.table, t => t
+            .force(key, cost, &self.clock, &self.bounds)
+            .unwrap_or_else(|_| t.full_decision(cost, self.bounds.full_retry)))
+    }
+
+    /// Admits and charges the largest cost `k <= max` that `key` admits now
+    /// (on every limit), for units spent one by one elsewhere; give back
+    /// what goes unused with [`Limiter::refund`]. `k` may be 0: the lease's
+    /// decision then says when one unit fits. A key held by a
+    /// [`Reservation`] grants nothing before the reservation's time, and
+    /// under [`OnFull::Reject`] a new key that cannot be tracked gets
+    /// nothing. A policy with a sliding log refuses ([`LeaseError`]).
+    pub fn lease<Q>(&self, key: &Q, max: u64) -> Result<Lease, LeaseError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        // Refused before any lookup, whatever the key's state.
+        if let Some(log) = self
+            .policy
+            .limits()
+            .iter()
+            .find(|l| l.algorithm == Algorithm::SlidingLog)
+        {
+            return Err(LeaseError::NotLeasable(log.algorithm));
+        }
+        with_keyed!(&self.table, t => t
+        .lease(key, max, &self.clock, &self.bounds)
+        .unwrap_or_else(|_| Ok(Lease {
+            granted: 0,
+            decision: t.full_decision(max.min(1), self.bounds.full_retry),
+        })))
     }
 
     /// Charges `cost` for `key` at the earliest time it fits and returns a

@@ -5,7 +5,7 @@ use std::future::{ready, Future};
 use std::sync::Arc;
 
 use parking_lot::RwLock;
-use tollgate_core::Decision;
+use tollgate_core::{Decision, Lease};
 
 use crate::{Backend, BackendError, Clock, Limiter, MonotonicClock, Policy};
 
@@ -83,6 +83,37 @@ impl<C: Clock + Clone> Backend for MemoryBackend<C> {
     ) -> impl Future<Output = Result<(), BackendError>> + Send {
         ready(valid(key).map(|key| {
             self.limiter(policy).reset(key);
+        }))
+    }
+
+    fn refund(
+        &self,
+        key: &str,
+        policy: &Policy,
+        cost: u64,
+    ) -> impl Future<Output = Result<Decision, BackendError>> + Send {
+        ready(valid(key).map(|key| self.limiter(policy).refund(key, cost)))
+    }
+
+    fn force(
+        &self,
+        key: &str,
+        policy: &Policy,
+        cost: u64,
+    ) -> impl Future<Output = Result<Decision, BackendError>> + Send {
+        ready(valid(key).map(|key| self.limiter(policy).force(key, cost)))
+    }
+
+    fn lease(
+        &self,
+        key: &str,
+        policy: &Policy,
+        max: u64,
+    ) -> impl Future<Output = Result<Lease, BackendError>> + Send {
+        ready(valid(key).and_then(|key| {
+            self.limiter(policy)
+                .lease(key, max)
+                .map_err(|e| BackendError::UnsupportedPolicy(e.to_string()))
         }))
     }
 }

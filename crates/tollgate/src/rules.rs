@@ -7,7 +7,10 @@
 
 use std::marker::PhantomData;
 
-use tollgate_core::{decide_all, preview_all, AlgorithmState, Decision, Limit, Quota, State};
+use tollgate_core::{
+    decide_all, force_all, lease_all, preview_all, refund_all, AlgorithmState, Decision, Lease,
+    LeaseError, Limit, Quota, State,
+};
 
 /// The rules a keyed table enforces, with the per-key state they need.
 pub(crate) trait Rules: Send + Sync {
@@ -23,6 +26,10 @@ pub(crate) trait Rules: Send + Sync {
     fn is_idle(&self, state: &Self::State, now: u64) -> bool;
     /// Gives back `cost` on every limit, capped at a fresh key.
     fn refund(&self, state: &mut Self::State, now: u64, cost: u64);
+    /// Charges `cost` on every limit whatever the state.
+    fn force(&self, state: &mut Self::State, now: u64, cost: u64) -> Decision;
+    /// Charges the largest cost up to `max` every limit admits.
+    fn lease(&self, state: &mut Self::State, now: u64, max: u64) -> Result<Lease, LeaseError>;
     /// The key's own clock: the latest time any of its limits changed.
     fn last_update(&self, state: &Self::State) -> u64;
 }
@@ -71,6 +78,14 @@ impl<S: AlgorithmState + Clone + Send + Sync> Rules for One<S> {
         state.refund(&self.quota, now, cost)
     }
 
+    fn force(&self, state: &mut S, now: u64, cost: u64) -> Decision {
+        state.force(&self.quota, now, cost)
+    }
+
+    fn lease(&self, state: &mut S, now: u64, max: u64) -> Result<Lease, LeaseError> {
+        state.lease(&self.quota, now, max)
+    }
+
     #[inline]
     fn last_update(&self, state: &S) -> u64 {
         state.last_update()
@@ -116,9 +131,15 @@ impl Rules for All {
     }
 
     fn refund(&self, state: &mut Box<[State]>, now: u64, cost: u64) {
-        for (s, l) in state.iter_mut().zip(self.limits.iter()) {
-            s.refund(&l.quota, now, cost);
-        }
+        refund_all(state, &self.limits, now, cost)
+    }
+
+    fn force(&self, state: &mut Box<[State]>, now: u64, cost: u64) -> Decision {
+        force_all(state, &self.limits, now, cost)
+    }
+
+    fn lease(&self, state: &mut Box<[State]>, now: u64, max: u64) -> Result<Lease, LeaseError> {
+        lease_all(state, &self.limits, now, max)
     }
 
     fn last_update(&self, state: &Box<[State]>) -> u64 {

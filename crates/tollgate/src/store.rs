@@ -1,6 +1,6 @@
 //! [`Store`]: one policy over any [`Backend`], the async face of tollgate.
 
-use tollgate_core::Decision;
+use tollgate_core::{Decision, Lease};
 
 use crate::{Backend, BackendError, Policy};
 
@@ -48,6 +48,26 @@ impl<B: Backend> Store<B> {
     /// Forgets `key`.
     pub async fn reset(&self, key: &str) -> Result<(), BackendError> {
         self.backend.reset(key, &self.policy).await
+    }
+
+    /// Gives `cost` back to `key` (see [`Backend::refund`]): for a request
+    /// admitted and then not carried out. Refund only what is known to have
+    /// been charged: after a timeout the charge may or may not have been
+    /// made.
+    pub async fn refund(&self, key: &str, cost: u64) -> Result<Decision, BackendError> {
+        self.backend.refund(key, &self.policy, cost).await
+    }
+
+    /// Charges `cost` to `key` whatever its state (see [`Backend::force`]):
+    /// for a cost known only after the work, such as the tokens of a reply.
+    pub async fn force(&self, key: &str, cost: u64) -> Result<Decision, BackendError> {
+        self.backend.force(key, &self.policy, cost).await
+    }
+
+    /// Charges the largest cost up to `max` that `key` admits now (see
+    /// [`Backend::lease`]), to spend locally; refund what goes unused.
+    pub async fn lease(&self, key: &str, max: u64) -> Result<Lease, BackendError> {
+        self.backend.lease(key, &self.policy, max).await
     }
 
     /// The policy.

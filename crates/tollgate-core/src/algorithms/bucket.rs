@@ -1,8 +1,14 @@
 //! The arithmetic shared by the token bucket, GCRA and the leaky meter: all
 //! three reduce a key to its *debt*, the capacity in use at `now` in ticks
-//! (`0..=burst*T`), and differ only in how they store it.
+//! (`0..=burst*T`, or beyond after a forced charge), and differ only in how
+//! they store it. The leaky queue's wait is a debt of the same kind.
 
 use crate::{Decision, Quota, RetryAfter};
+
+/// The most debt a forced charge can leave, in ticks: far more than a wait of
+/// `u64::MAX` ns at any quota (durations saturate there), and small enough
+/// that adding a charge or a clock reading never overflows a `u128`.
+const MAX_DEBT: u128 = 1 << 120;
 
 /// Decides a request of `cost` against `debt`; returns the decision and the
 /// debt after charging it (meaningful only when admitted).
@@ -33,4 +39,11 @@ pub(crate) fn decide(quota: &Quota, debt: u128, cost: u64) -> (Decision, u128) {
 #[inline]
 pub(crate) fn refund(quota: &Quota, debt: u128, cost: u64) -> u128 {
     debt.saturating_sub(quota.cost_ticks(cost))
+}
+
+/// `debt` after a forced charge of `cost`, which may go past the capacity
+/// (capped at [`MAX_DEBT`], where every wait has long saturated).
+#[inline]
+pub(crate) fn force(quota: &Quota, debt: u128, cost: u64) -> u128 {
+    (debt + quota.cost_ticks(cost)).min(MAX_DEBT)
 }

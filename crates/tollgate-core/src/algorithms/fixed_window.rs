@@ -1,5 +1,6 @@
 //! Fixed window: a counter per window `[k*period, (k+1)*period)` aligned on
-//! time 0; admits while `count + cost <= limit`.
+//! time 0; admits while `count + cost <= limit`. A forced charge may take
+//! the count past `limit`: the window then admits nothing until it ends.
 
 use super::Step;
 use crate::{Decision, Quota, RetryAfter};
@@ -11,6 +12,17 @@ pub struct FixedWindow {
     last: u64,
 }
 
+impl FixedWindow {
+    /// The time a request at `now` is judged at, and its window's count
+    /// (charges of an earlier window have expired, forced ones included).
+    #[inline(always)]
+    fn count(&self, quota: &Quota, now: u64) -> (u64, u64) {
+        let now = now.max(self.last);
+        let same = quota.window(now) == quota.window(self.last);
+        (now, if same { self.count } else { 0 })
+    }
+}
+
 impl Step for FixedWindow {
     fn fresh(_quota: &Quota) -> Self {
         FixedWindow::default()
@@ -18,13 +30,8 @@ impl Step for FixedWindow {
 
     #[inline(always)]
     fn step(&self, quota: &Quota, now: u64, cost: u64) -> (Decision, Self) {
-        let now = now.max(self.last);
+        let (now, count) = self.count(quota, now);
         let limit = quota.limit();
-        let count = if quota.window(now) == quota.window(self.last) {
-            self.count
-        } else {
-            0
-        };
         let to_end = quota.until_window_end(now);
         let report = |allowed, count: u64, retry_after| Decision {
             allowed,
@@ -49,14 +56,19 @@ impl Step for FixedWindow {
     }
 
     fn refunded(&self, quota: &Quota, now: u64, cost: u64) -> Self {
-        let now = now.max(self.last);
-        // Charges of an earlier window have already expired.
-        let count = if quota.window(now) == quota.window(self.last) {
-            self.count.saturating_sub(cost)
-        } else {
-            0
-        };
-        FixedWindow { count, last: now }
+        let (now, count) = self.count(quota, now);
+        FixedWindow {
+            count: count.saturating_sub(cost),
+            last: now,
+        }
+    }
+
+    fn forced(&self, quota: &Quota, now: u64, cost: u64) -> Self {
+        let (now, count) = self.count(quota, now);
+        FixedWindow {
+            count: count.saturating_add(cost),
+            last: now,
+        }
     }
 
     fn last(&self) -> u64 {

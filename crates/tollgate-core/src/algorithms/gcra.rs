@@ -12,8 +12,25 @@ use crate::{Decision, Quota};
 /// time is what keeps a late request from being judged in the past.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Gcra {
-    pub(crate) tat: Ticks,
-    pub(crate) last: u64,
+    tat: Ticks,
+    last: u64,
+}
+
+impl Gcra {
+    /// The time a request at `now` is judged at, and the debt then.
+    #[inline(always)]
+    pub(crate) fn debt(&self, quota: &Quota, now: u64) -> (u64, u128) {
+        let now = now.max(self.last);
+        (now, self.tat.get().saturating_sub(quota.ticks(now)))
+    }
+
+    #[inline(always)]
+    pub(crate) fn owing(quota: &Quota, now: u64, debt: u128) -> Self {
+        Gcra {
+            tat: Ticks::new(quota.ticks(now) + debt),
+            last: now,
+        }
+    }
 }
 
 impl Step for Gcra {
@@ -23,27 +40,19 @@ impl Step for Gcra {
 
     #[inline(always)]
     fn step(&self, quota: &Quota, now: u64, cost: u64) -> (Decision, Self) {
-        let now = now.max(self.last);
-        let at = quota.ticks(now);
-        let debt = self.tat.get().saturating_sub(at);
+        let (now, debt) = self.debt(quota, now);
         let (decision, debt) = bucket::decide(quota, debt, cost);
-        (
-            decision,
-            Gcra {
-                tat: Ticks::new(at + debt),
-                last: now,
-            },
-        )
+        (decision, Gcra::owing(quota, now, debt))
     }
 
     fn refunded(&self, quota: &Quota, now: u64, cost: u64) -> Self {
-        let now = now.max(self.last);
-        let at = quota.ticks(now);
-        let debt = self.tat.get().saturating_sub(at);
-        Gcra {
-            tat: Ticks::new(at + bucket::refund(quota, debt, cost)),
-            last: now,
-        }
+        let (now, debt) = self.debt(quota, now);
+        Gcra::owing(quota, now, bucket::refund(quota, debt, cost))
+    }
+
+    fn forced(&self, quota: &Quota, now: u64, cost: u64) -> Self {
+        let (now, debt) = self.debt(quota, now);
+        Gcra::owing(quota, now, bucket::force(quota, debt, cost))
     }
 
     fn last(&self) -> u64 {

@@ -5,11 +5,30 @@ use super::{bucket, Step};
 use crate::ticks::Ticks;
 use crate::{Decision, Quota};
 
-/// The level (in ticks) as of the last charge, and its time.
+/// The level (in ticks) as of the last charge, and its time. A forced
+/// charge may leave it above the burst.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct LeakyBucket {
-    pub(crate) level: Ticks,
-    pub(crate) last: u64,
+    level: Ticks,
+    last: u64,
+}
+
+impl LeakyBucket {
+    /// The time a request at `now` is judged at, and the level then.
+    #[inline(always)]
+    pub(crate) fn debt(&self, quota: &Quota, now: u64) -> (u64, u128) {
+        let now = now.max(self.last);
+        let leaked = quota.ticks(now - self.last);
+        (now, self.level.get().saturating_sub(leaked))
+    }
+
+    #[inline(always)]
+    pub(crate) fn owing(now: u64, level: u128) -> Self {
+        LeakyBucket {
+            level: Ticks::new(level),
+            last: now,
+        }
+    }
 }
 
 impl Step for LeakyBucket {
@@ -19,29 +38,19 @@ impl Step for LeakyBucket {
 
     #[inline(always)]
     fn step(&self, quota: &Quota, now: u64, cost: u64) -> (Decision, Self) {
-        let now = now.max(self.last);
-        let leaked = quota.ticks(now - self.last);
-        let level = self.level.get().saturating_sub(leaked);
+        let (now, level) = self.debt(quota, now);
         let (decision, level) = bucket::decide(quota, level, cost);
-        (
-            decision,
-            LeakyBucket {
-                level: Ticks::new(level),
-                last: now,
-            },
-        )
+        (decision, LeakyBucket::owing(now, level))
     }
 
     fn refunded(&self, quota: &Quota, now: u64, cost: u64) -> Self {
-        let now = now.max(self.last);
-        let level = self
-            .level
-            .get()
-            .saturating_sub(quota.ticks(now - self.last));
-        LeakyBucket {
-            level: Ticks::new(bucket::refund(quota, level, cost)),
-            last: now,
-        }
+        let (now, level) = self.debt(quota, now);
+        LeakyBucket::owing(now, bucket::refund(quota, level, cost))
+    }
+
+    fn forced(&self, quota: &Quota, now: u64, cost: u64) -> Self {
+        let (now, level) = self.debt(quota, now);
+        LeakyBucket::owing(now, bucket::force(quota, level, cost))
     }
 
     fn last(&self) -> u64 {

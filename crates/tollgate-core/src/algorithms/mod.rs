@@ -23,7 +23,8 @@ pub use sliding_counter::SlidingCounter;
 pub use sliding_log::SlidingLog;
 pub use token_bucket::TokenBucket;
 
-use crate::{Decision, Quota};
+use crate::lease::grant;
+use crate::{Decision, Lease, LeaseError, Quota};
 
 /// The per-key state of one algorithm.
 ///
@@ -52,6 +53,31 @@ pub trait AlgorithmState: Sized {
     /// fresh key has.
     fn refund(&mut self, quota: &Quota, now: u64, cost: u64);
 
+    /// Charges `cost` at `now` whatever the state, and returns the key's
+    /// numbers right after (`allowed` is true): for a cost known only once
+    /// the work is done. The key may go past its capacity: a bucket or the
+    /// queue into debt, a window's count beyond `limit`. It is then denied,
+    /// with an exact `retry_after`, until the debt is repaid: by the refill
+    /// for the bucket family and the queue, and for the windows by the
+    /// forced cost leaving the window (at the fixed window's end, as the
+    /// sliding counter's previous window fades, after one period in the log).
+    fn force(&mut self, quota: &Quota, now: u64, cost: u64) -> Decision;
+
+    /// Admits and charges the largest `k <= max` admitted at `now`, for an
+    /// instance that spends the units locally and refunds what it does not
+    /// use. The [`Lease`] holds `k` and the decision of charging `k`; when
+    /// `k` is 0 the decision is that of one unit (denied, with the wait
+    /// until one fits), or a peek when `max` is 0. The sliding log refuses
+    /// ([`LeaseError`]).
+    fn lease(&mut self, quota: &Quota, now: u64, max: u64) -> Result<Lease, LeaseError> {
+        Ok(grant(
+            self,
+            max,
+            |s, cost| s.preview(quota, now, cost),
+            |s, cost| s.decide(quota, now, cost),
+        ))
+    }
+
     /// The key's own clock: the time of its latest change. An earlier `now`
     /// is treated as this time.
     fn last_update(&self) -> u64;
@@ -64,6 +90,9 @@ pub(crate) trait Step: Copy {
     fn step(&self, quota: &Quota, now: u64, cost: u64) -> (Decision, Self);
     /// The state after giving back `cost` at `now` (see [`AlgorithmState::refund`]).
     fn refunded(&self, quota: &Quota, now: u64, cost: u64) -> Self;
+    /// The state after charging `cost` at `now` whatever it holds (see
+    /// [`AlgorithmState::force`]).
+    fn forced(&self, quota: &Quota, now: u64, cost: u64) -> Self;
     fn last(&self) -> u64;
 }
 
@@ -92,6 +121,13 @@ impl<S: Step> AlgorithmState for S {
         if cost > 0 {
             *self = self.refunded(quota, now, cost);
         }
+    }
+
+    fn force(&mut self, quota: &Quota, now: u64, cost: u64) -> Decision {
+        if cost > 0 {
+            *self = self.forced(quota, now, cost);
+        }
+        self.preview(quota, now, 0)
     }
 
     #[inline]

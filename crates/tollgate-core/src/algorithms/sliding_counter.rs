@@ -47,7 +47,7 @@ impl Step for SlidingCounter {
         if cost > limit {
             return (report(false, curr, RetryAfter::Never), *self);
         }
-        if quota.cost_ticks(curr + cost) <= room || cost == 0 {
+        if quota.cost_ticks(curr.saturating_add(cost)) <= room || cost == 0 {
             let next = SlidingCounter {
                 prev,
                 curr: curr + cost,
@@ -68,6 +68,16 @@ impl Step for SlidingCounter {
         SlidingCounter {
             prev: prev.saturating_sub(cost - from_curr),
             curr: curr - from_curr,
+            last: now,
+        }
+    }
+
+    fn forced(&self, quota: &Quota, now: u64, cost: u64) -> Self {
+        let now = now.max(self.last);
+        let (prev, curr) = self.rolled(quota, now);
+        SlidingCounter {
+            prev,
+            curr: curr.saturating_add(cost),
             last: now,
         }
     }
@@ -102,7 +112,7 @@ fn retry_after(quota: &Quota, prev: u64, curr: u64, cost: u64, weight: u64) -> u
         let x = quota.cost_ticks(spare) / count as u128;
         x.min(cap as u128) as u64
     };
-    if let Some(spare) = limit.checked_sub(curr + cost) {
+    if let Some(spare) = curr.checked_add(cost).and_then(|c| limit.checked_sub(c)) {
         let x = largest_weight(prev, spare, weight);
         if x >= 1 && x < weight {
             return weight - x;

@@ -10,7 +10,7 @@
 use std::collections::VecDeque;
 
 use super::AlgorithmState;
-use crate::{Decision, Quota, RetryAfter};
+use crate::{Algorithm, Decision, Lease, LeaseError, Quota, RetryAfter};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 struct Entry {
@@ -83,65 +83,16 @@ impl SlidingLog {
         }
     }
 
-    /// The decision, and the index of the first entry still in the window.
-    #[inline]
-    fn evaluate(&self, quota: &Quota, now: u64, cost: u64) -> (Decision, usize) {
-        let now = now.max(self.last);
-        let period = quota.period_ns();
-        let limit = quota.limit();
-        let live = match now.checked_sub(period) {
-            Some(cutoff) => self.partition_from(0, |e| e.at <= cutoff),
-            None => 0,
-        };
+    /// The cost of the entries from `live` on.
+    fn live_sum(&self, live: usize) -> u64 {
         let start = self.total_before(live);
-        let sum = self
-            .entries
+        self.entries
             .back()
-            .map_or(0, |e| e.total.wrapping_sub(start));
-        // An entry at `t` leaves the window when the clock reaches `t + period`.
-        let leaves_after = |at: u64| (at as u128 + period as u128 - now as u128) as u64;
-        let report = |allowed, sum: u64, newest: Option<u64>, retry_after| Decision {
-            allowed,
-            limit,
-            remaining: limit.saturating_sub(sum),
-            retry_after,
-            reset_after: match newest {
-                Some(at) if sum > 0 => leaves_after(at),
-                _ => 0,
-            },
-            delay: 0,
-        };
-        let newest = self.entries.back().map(|e| e.at);
-        if cost > limit {
-            return (report(false, sum, newest, RetryAfter::Never), live);
-        }
-        if cost <= limit.saturating_sub(sum) {
-            let newest = if cost > 0 { Some(now) } else { newest };
-            return (report(true, sum + cost, newest, RetryAfter::Now), live);
-        }
-        // The oldest entries must leave until `excess` cost has gone.
-        let excess = sum + cost - limit;
-        let k = self.partition_from(live, |e| e.total.wrapping_sub(start) < excess);
-        let wait = RetryAfter::After(leaves_after(self.entries[k].at));
-        (report(false, sum, newest, wait), live)
-    }
-}
-
-impl AlgorithmState for SlidingLog {
-    fn new(_quota: &Quota) -> Self {
-        SlidingLog::default()
+            .map_or(0, |e| e.total.wrapping_sub(start))
     }
 
-    fn preview(&self, quota: &Quota, now: u64, cost: u64) -> Decision {
-        self.evaluate(quota, now, cost).0
-    }
-
-    #[inline]
-    fn decide(&mut self, quota: &Quota, now: u64, cost: u64) -> Decision {
-        let (decision, live) = self.evaluate(quota, now, cost);
-        if !decision.allowed || cost == 0 {
-            return decision;
-        }
+    /// Drops the entries before `live` (expired) and records `cost` at `now`.
+    fn charge(&mut self, now: u64, cost: u64, live: usize) {
         let now = now.max(self.last);
         if live > 0 {
             self.base = self.entries[live - 1].total;
@@ -164,7 +115,81 @@ impl AlgorithmState for SlidingLog {
             _ => self.entries.push_back(Entry { at: now, total }),
         }
         self.last = now;
+    }
+
+    /// The decision, and the index of the first entry still in the window.
+    #[inline]
+    fn evaluate(&self, quota: &Quota, now: u64, cost: u64) -> (Decision, usize) {
+        let now = now.max(self.last);
+        let period = quota.period_ns();
+        let limit = quota.limit();
+        let live = match now.checked_sub(period) {
+            Some(cutoff) => self.partition_from(0, |e| e.at <= cutoff),
+            None => 0,
+        };
+        let start = self.total_before(live);
+        let sum = self.live_sum(live);
+        // An entry at `t` leaves the window when the clock reaches `t + period`.
+        let leaves_after = |at: u64| (at as u128 + period as u128 - now as u128) as u64;
+        let report = |allowed, sum: u64, newest: Option<u64>, retry_after| Decision {
+            allowed,
+            limit,
+            remaining: limit.saturating_sub(sum),
+            retry_after,
+            reset_after: match newest {
+                Some(at) if sum > 0 => leaves_after(at),
+                _ => 0,
+            },
+            delay: 0,
+        };
+        let newest = self.entries.back().map(|e| e.at);
+        if cost > limit {
+            return (report(false, sum, newest, RetryAfter::Never), live);
+        }
+        if cost <= limit.saturating_sub(sum) {
+            let newest = if cost > 0 { Some(now) } else { newest };
+            return (report(true, sum + cost, newest, RetryAfter::Now), live);
+        }
+        // The oldest entries must leave until `excess` cost has gone.
+        // Denied with `cost <= limit`, so `sum > limit - cost`.
+        let excess = sum - (limit - cost);
+        let k = self.partition_from(live, |e| e.total.wrapping_sub(start) < excess);
+        let wait = RetryAfter::After(leaves_after(self.entries[k].at));
+        (report(false, sum, newest, wait), live)
+    }
+}
+
+/// The sliding log cannot lease: see [`LeaseError`].
+impl AlgorithmState for SlidingLog {
+    fn new(_quota: &Quota) -> Self {
+        SlidingLog::default()
+    }
+
+    fn preview(&self, quota: &Quota, now: u64, cost: u64) -> Decision {
+        self.evaluate(quota, now, cost).0
+    }
+
+    #[inline]
+    fn decide(&mut self, quota: &Quota, now: u64, cost: u64) -> Decision {
+        let (decision, live) = self.evaluate(quota, now, cost);
+        if decision.allowed && cost > 0 {
+            self.charge(now, cost, live);
+        }
         decision
+    }
+
+    /// Records `cost` at `now` whatever the window holds. The live sum is
+    /// kept below 2^64: a larger cost counts as the most that fits, which
+    /// blocks the key for the period all the same.
+    fn force(&mut self, quota: &Quota, now: u64, cost: u64) -> Decision {
+        if cost > 0 {
+            let (_, live) = self.evaluate(quota, now, 0);
+            let cost = cost.min(u64::MAX - self.live_sum(live));
+            if cost > 0 {
+                self.charge(now, cost, live);
+            }
+        }
+        self.preview(quota, now, 0)
     }
 
     /// Takes the cost back from the newest entries. Entries that have left
@@ -190,6 +215,10 @@ impl AlgorithmState for SlidingLog {
             }
         }
         self.last = self.last.max(now);
+    }
+
+    fn lease(&mut self, _quota: &Quota, _now: u64, _max: u64) -> Result<Lease, LeaseError> {
+        Err(LeaseError::NotLeasable(Algorithm::SlidingLog))
     }
 
     fn last_update(&self) -> u64 {

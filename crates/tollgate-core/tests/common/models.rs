@@ -17,7 +17,7 @@ trait Rule {
     fn never(&self, cost: u64) -> bool;
     /// The admission rule at `now`.
     fn admits(&self, now: u64, cost: u64) -> bool;
-    /// Records an admitted request.
+    /// Records an admitted request, or a forced one whatever the state.
     fn charge(&mut self, now: u64, cost: u64);
     /// The smallest wait after which a denied request fits.
     fn retry_after(&self, now: u64, cost: u64) -> u64;
@@ -49,6 +49,7 @@ impl Model {
             Algorithm::TokenBucket | Algorithm::LeakyBucket => Box::new(Tokens {
                 q,
                 tokens: Ratio::int(q.burst()),
+                owed: Ratio::ZERO,
                 at: 0,
             }),
             Algorithm::Gcra => Box::new(Gcra {
@@ -87,6 +88,19 @@ impl Model {
             reset_after: r.reset_after(now),
             delay,
         }
+    }
+}
+
+impl Model {
+    /// Charges `cost` whatever the state (SPEC's `force`) and reports the
+    /// key's numbers after it.
+    pub fn force(&mut self, now: u64, cost: u64) -> Decision {
+        let now = now.max(self.last);
+        if cost > 0 {
+            self.rule.charge(now, cost);
+            self.last = now;
+        }
+        self.decide(now, 0)
     }
 }
 
@@ -151,7 +165,7 @@ impl Rule for FixedWindow {
         self.to_window_end(now)
     }
     fn remaining(&self, now: u64) -> u64 {
-        self.q.limit() - self.count(now)
+        self.q.limit().saturating_sub(self.count(now))
     }
     fn reset_after(&self, now: u64) -> u64 {
         if self.count(now) > 0 {
@@ -207,7 +221,7 @@ impl Rule for SlidingLog {
         to_u64(at - now)
     }
     fn remaining(&self, now: u64) -> u64 {
-        self.q.limit() - self.sum(now as u128)
+        self.q.limit().saturating_sub(self.sum(now as u128))
     }
     fn reset_after(&self, now: u64) -> u64 {
         let now = now as u128;
@@ -274,6 +288,10 @@ impl Rule for SlidingCounter {
     }
     fn remaining(&self, now: u64) -> u64 {
         let limit = self.q.limit() as u128;
+        if !self.fits(now as u128, 0) {
+            // Over the limit after a forced charge: nothing fits.
+            return 0;
+        }
         // The largest fitting cost is one below the smallest that does not.
         let first_misfit = first_true(0, limit + 1, |c| c > limit || !self.fits(now as u128, c));
         to_u64(first_misfit - 1)
@@ -288,20 +306,27 @@ impl Rule for SlidingCounter {
 }
 
 /// The literal token bucket: a rational number of tokens that refills at
-/// `limit / period` up to `burst`; starts full.
+/// `limit / period` up to `burst`; starts full. A forced charge beyond the
+/// tokens held leaves the rest `owed`, which the refill repays first.
 struct Tokens {
     q: Quota,
     tokens: Ratio,
+    owed: Ratio,
     at: u64,
 }
 
 impl Tokens {
-    fn tokens(&self, now: u64) -> Ratio {
+    /// (tokens, owed) at `now`: at most one of them is not zero.
+    fn level(&self, now: u64) -> (Ratio, Ratio) {
         let refill = Ratio::new(
             (now - self.at) as u128 * self.q.limit() as u128,
             self.q.period_ns() as u128,
         );
-        self.tokens.add(refill).min(Ratio::int(self.q.burst()))
+        if refill < self.owed {
+            return (Ratio::ZERO, self.owed.sub(refill));
+        }
+        let tokens = self.tokens.add(refill.sub(self.owed));
+        (tokens.min(Ratio::int(self.q.burst())), Ratio::ZERO)
     }
 
     /// Time to refill `missing` tokens, rounded up.
@@ -318,20 +343,28 @@ impl Rule for Tokens {
         cost > self.q.burst()
     }
     fn admits(&self, now: u64, cost: u64) -> bool {
-        self.tokens(now) >= Ratio::int(cost)
+        self.level(now).0 >= Ratio::int(cost)
     }
     fn charge(&mut self, now: u64, cost: u64) {
-        self.tokens = self.tokens(now).sub(Ratio::int(cost));
+        let (tokens, owed) = self.level(now);
+        let cost = Ratio::int(cost);
+        (self.tokens, self.owed) = if tokens >= cost {
+            (tokens.sub(cost), owed)
+        } else {
+            (Ratio::ZERO, owed.add(cost.sub(tokens)))
+        };
         self.at = now;
     }
     fn retry_after(&self, now: u64, cost: u64) -> u64 {
-        self.refill_time(Ratio::int(cost).sub(self.tokens(now)))
+        let (tokens, owed) = self.level(now);
+        self.refill_time(Ratio::int(cost).add(owed).sub(tokens))
     }
     fn remaining(&self, now: u64) -> u64 {
-        to_u64(self.tokens(now).floor())
+        to_u64(self.level(now).0.floor())
     }
     fn reset_after(&self, now: u64) -> u64 {
-        self.refill_time(Ratio::int(self.q.burst()).sub(self.tokens(now)))
+        let (tokens, owed) = self.level(now);
+        self.refill_time(Ratio::int(self.q.burst()).add(owed).sub(tokens))
     }
 }
 
