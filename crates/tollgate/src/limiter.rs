@@ -8,11 +8,15 @@ use std::time::Duration;
 use tollgate_core::algorithms::{
     FixedWindow, Gcra, LeakyBucket, LeakyQueue, SlidingCounter, SlidingLog, TokenBucket,
 };
-use tollgate_core::{Algorithm, Compact, Decision, Lease, LeaseError, RetryAfter};
+#[cfg(feature = "async")]
+use tollgate_core::RetryAfter;
+use tollgate_core::{Algorithm, Compact, Decision, Lease, LeaseError};
 
 use crate::keyed::{Bounds, Keyed};
 use crate::rules::{All, One};
 use crate::sharded::{default_shards, Sizing};
+#[cfg(feature = "async")]
+use crate::AsyncClock;
 use crate::{Clock, MonotonicClock, Policy};
 
 /// A rate limiter holding the state of many keys in process memory.
@@ -455,43 +459,6 @@ impl<K: Hash + Eq, C: Clock> Limiter<K, C> {
         })
     }
 
-    /// Waits until `key` admits `cost`, then charges it and returns the
-    /// admitting decision; gives up at once, charging nothing, when the
-    /// wait would end after `deadline` from now ([`WaitError::TooLate`]) or
-    /// the cost can never fit ([`WaitError::NeverFits`]).
-    ///
-    /// Waiting is sleeping on the limiter's clock (tokio's timer for
-    /// [`MonotonicClock`]), never polling. Nothing is charged while waiting:
-    /// if the slot is taken by another caller in the meantime, it waits for
-    /// the next one, still within the deadline. Dropping the future gives up
-    /// with nothing to give back.
-    pub async fn until_ready<Q>(
-        &self,
-        key: &Q,
-        cost: u64,
-        deadline: Duration,
-    ) -> Result<Decision, WaitError>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        let deadline = nanos(deadline);
-        let give_up = self.clock.now().saturating_add(deadline);
-        loop {
-            let decision = self.try_check(key, cost)?;
-            let wait = match decision.retry_after {
-                RetryAfter::Now => return Ok(decision),
-                RetryAfter::After(wait) => wait,
-                RetryAfter::Never => return Err(WaitError::NeverFits(decision)),
-            };
-            let now = self.clock.now();
-            if now.saturating_add(wait) > give_up {
-                return Err(WaitError::TooLate { wait });
-            }
-            self.clock.sleep(Duration::from_nanos(wait)).await;
-        }
-    }
-
     /// Sweeps a bounded part of one shard (the next in turn): looks at up
     /// to `budget` buckets and forgets the keys that have been back to their
     /// initial state for the idle grace. Locks one shard, briefly; never the
@@ -548,6 +515,46 @@ impl<K: Hash + Eq, C: Clock> Limiter<K, C> {
     }
 }
 
+#[cfg(feature = "async")]
+impl<K: Hash + Eq, C: AsyncClock> Limiter<K, C> {
+    /// Waits until `key` admits `cost`, then charges it and returns the
+    /// admitting decision; gives up at once, charging nothing, when the
+    /// wait would end after `deadline` from now ([`WaitError::TooLate`]) or
+    /// the cost can never fit ([`WaitError::NeverFits`]).
+    ///
+    /// Waiting is sleeping on the limiter's clock (tokio's timer for
+    /// [`MonotonicClock`]), never polling. Nothing is charged while waiting:
+    /// if the slot is taken by another caller in the meantime, it waits for
+    /// the next one, still within the deadline. Dropping the future gives up
+    /// with nothing to give back.
+    pub async fn until_ready<Q>(
+        &self,
+        key: &Q,
+        cost: u64,
+        deadline: Duration,
+    ) -> Result<Decision, WaitError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let deadline = nanos(deadline);
+        let give_up = self.clock.now().saturating_add(deadline);
+        loop {
+            let decision = self.try_check(key, cost)?;
+            let wait = match decision.retry_after {
+                RetryAfter::Now => return Ok(decision),
+                RetryAfter::After(wait) => wait,
+                RetryAfter::Never => return Err(WaitError::NeverFits(decision)),
+            };
+            let now = self.clock.now();
+            if now.saturating_add(wait) > give_up {
+                return Err(WaitError::TooLate { wait });
+            }
+            self.clock.sleep(Duration::from_nanos(wait)).await;
+        }
+    }
+}
+
 /// `duration` in nanoseconds, saturating.
 fn nanos(duration: Duration) -> u64 {
     u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
@@ -581,18 +588,21 @@ impl<K: Hash + Eq, C: Clock> Reservation<'_, K, C> {
         self.decision
     }
 
+    /// Gives the cost back (see [`Limiter::refund`]): for a request that
+    /// will not go. The key's clock stays at the reservation's time, so
+    /// the room it frees is usable from that time on.
+    pub fn cancel(self) {
+        self.limiter.refund(&self.key, self.cost);
+    }
+}
+
+#[cfg(feature = "async")]
+impl<K: Hash + Eq, C: AsyncClock> Reservation<'_, K, C> {
     /// Sleeps on the limiter's clock until the request may go.
     pub async fn ready(&self) {
         let wait = self.wait();
         if !wait.is_zero() {
             self.limiter.clock.sleep(wait).await;
         }
-    }
-
-    /// Gives the cost back (see [`Limiter::refund`]): for a request that
-    /// will not go. The key's clock stays at the reservation's time, so
-    /// the room it frees is usable from that time on.
-    pub fn cancel(self) {
-        self.limiter.refund(&self.key, self.cost);
     }
 }

@@ -82,5 +82,6 @@ fn limiters_are_send_and_sync() {
     shareable::<Limiter<String>>();
     shareable::<Limiter<u64, FakeClock>>();
     shareable::<tollgate::ConcurrencyLimiter<String>>();
+    #[cfg(feature = "async")]
     shareable::<tollgate::Store<tollgate::MemoryBackend>>();
 }
