@@ -201,7 +201,7 @@ fn memory() {
         let bytes = bytes_per_key(KEYS, || {
             let limiter: Limiter<u64> = Limiter::new(Limit::new(algorithm, quota));
             for key in 0..KEYS {
-                assert!(limiter.check(&key, 1).allowed);
+                assert!(limiter.check(&key).allowed);
             }
             limiter
         });
@@ -247,10 +247,10 @@ fn main() {
             let ours = tollgate(outcome);
             let theirs = governor(outcome);
             for key in 0..keys {
-                ours.check(&key, 1);
+                ours.check(&key);
                 let _ = theirs.check_key(&key);
             }
-            let check_ours = |k: u64| ours.check(&k, 1).allowed;
+            let check_ours = |k: u64| ours.check(&k).allowed;
             let check_theirs = |k: u64| theirs.check_key(&k).is_ok();
             let checks = checks.unwrap_or(if keys >= 1_000_000 {
                 3_000_000

@@ -107,7 +107,7 @@ fn keyed(c: &mut Criterion) {
             let ours = ours(shape);
             let theirs = theirs(shape);
             for key in 0..keys {
-                ours.check(&key, 1);
+                ours.check(&key);
                 let _ = theirs.check_key(&key);
             }
             for threads in [1u64, 2] {
@@ -115,7 +115,7 @@ fn keyed(c: &mut Criterion) {
                     c.benchmark_group(format!("keyed/{keys}keys/{threads}t/{}", shape.name));
                 group.throughput(Throughput::Elements(1));
                 group.bench_function(BenchmarkId::from_parameter("tollgate"), |b| {
-                    b.iter_custom(|iters| run(threads, iters, keys, &|k| ours.check(&k, 1).allowed))
+                    b.iter_custom(|iters| run(threads, iters, keys, &|k| ours.check(&k).allowed))
                 });
                 group.bench_function(BenchmarkId::from_parameter("governor"), |b| {
                     b.iter_custom(|iters| {

@@ -60,7 +60,7 @@ fn ours(policy: Policy, keys: u64, capacity: usize) -> Limiter<u64, FakeClock> {
         .capacity(capacity)
         .build();
     for key in 0..keys {
-        assert!(limiter.check(&key, 1).allowed);
+        assert!(limiter.check(&key).allowed);
     }
     limiter
 }

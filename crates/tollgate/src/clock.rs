@@ -11,9 +11,9 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::task::Waker;
 #[cfg(feature = "async")]
 use std::task::{Context, Poll};
-use std::task::Waker;
 use std::time::Duration;
 
 use parking_lot::Mutex;

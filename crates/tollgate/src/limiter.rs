@@ -2,6 +2,7 @@
 
 use std::borrow::Borrow;
 use std::hash::Hash;
+use std::marker::PhantomData;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
@@ -17,7 +18,7 @@ use crate::rules::{All, One};
 use crate::sharded::{default_shards, Sizing};
 #[cfg(feature = "async")]
 use crate::AsyncClock;
-use crate::{Clock, MonotonicClock, Policy};
+use crate::{Clock, Limit, MonotonicClock, Policy, Quota, QuotaError};
 
 /// A rate limiter holding the state of many keys in process memory.
 ///
@@ -40,15 +41,15 @@ use crate::{Clock, MonotonicClock, Policy};
 ///     .build();
 ///
 /// for _ in 0..10 {
-///     assert!(limiter.check("alice", 1).allowed);
+///     assert!(limiter.check("alice").allowed);
 /// }
-/// let denied = limiter.check("alice", 1);
+/// let denied = limiter.check("alice");
 /// assert!(!denied.allowed);
 /// assert_eq!(denied.retry_after, RetryAfter::After(600_000_000)); // 60 s / 100
-/// assert!(limiter.check("bob", 1).allowed); // every key has its own budget
+/// assert!(limiter.check("bob").allowed); // every key has its own budget
 ///
 /// clock.advance(Duration::from_millis(600));
-/// assert!(limiter.check("alice", 1).allowed);
+/// assert!(limiter.check_cost("alice", 1).allowed); // any cost: check_cost
 /// ```
 ///
 /// # Memory
@@ -185,8 +186,9 @@ pub enum WaitError {
     Full(#[from] LimiterFull),
 }
 
-/// Options of a [`Limiter`], from [`Limiter::builder`].
-pub struct LimiterBuilder<C> {
+/// Options of a [`Limiter`] of keys `K`, from [`Limiter::builder`].
+pub struct LimiterBuilder<K, C = MonotonicClock> {
+    keys: PhantomData<fn() -> K>,
     policy: Policy,
     clock: C,
     max_keys: usize,
@@ -197,10 +199,11 @@ pub struct LimiterBuilder<C> {
     capacity: usize,
 }
 
-impl<C: Clock> LimiterBuilder<C> {
+impl<K: Hash + Eq, C: Clock> LimiterBuilder<K, C> {
     /// Uses `clock` instead of the default [`MonotonicClock`].
-    pub fn clock<C2: Clock>(self, clock: C2) -> LimiterBuilder<C2> {
+    pub fn clock<C2: Clock>(self, clock: C2) -> LimiterBuilder<K, C2> {
         LimiterBuilder {
+            keys: PhantomData,
             policy: self.policy,
             clock,
             max_keys: self.max_keys,
@@ -272,7 +275,7 @@ impl<C: Clock> LimiterBuilder<C> {
     }
 
     /// The limiter.
-    pub fn build<K: Hash + Eq>(self) -> Limiter<K, C> {
+    pub fn build(self) -> Limiter<K, C> {
         Limiter {
             table: Table::new(&self.policy, self.sizing()),
             policy: self.policy,
@@ -295,13 +298,46 @@ impl<K: Hash + Eq> Limiter<K> {
     pub fn new(policy: impl Into<Policy>) -> Self {
         Limiter::builder(policy).build()
     }
-}
 
-impl Limiter<()> {
-    /// Options: clock, `max_keys`, shards. The key type is chosen by
-    /// [`LimiterBuilder::build`] (usually inferred).
-    pub fn builder(policy: impl Into<Policy>) -> LimiterBuilder<MonotonicClock> {
+    /// `limit` requests per second per key, at most `limit` at once: GCRA
+    /// (smooth, no window edges) on the default clock. Refused for a limit
+    /// of 0 or above [`Quota::MAX_LIMIT`](crate::Quota::MAX_LIMIT).
+    pub fn per_second(limit: u64) -> Result<Self, QuotaError> {
+        Ok(Limiter::new(Limit::new(
+            Algorithm::Gcra,
+            Quota::per_second(limit)?,
+        )))
+    }
+
+    /// `limit` requests per minute per key, at most `limit` at once; see
+    /// [`Limiter::per_second`].
+    ///
+    /// ```
+    /// let limiter = tollgate::Limiter::per_minute(100)?;
+    /// assert!(limiter.check("user-42").allowed);
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn per_minute(limit: u64) -> Result<Self, QuotaError> {
+        Ok(Limiter::new(Limit::new(
+            Algorithm::Gcra,
+            Quota::per_minute(limit)?,
+        )))
+    }
+
+    /// `limit` requests per hour per key, at most `limit` at once; see
+    /// [`Limiter::per_second`].
+    pub fn per_hour(limit: u64) -> Result<Self, QuotaError> {
+        Ok(Limiter::new(Limit::new(
+            Algorithm::Gcra,
+            Quota::per_hour(limit)?,
+        )))
+    }
+
+    /// Options: clock, `max_keys`, shards, capacity. The key type is
+    /// usually inferred from the limiter's use.
+    pub fn builder(policy: impl Into<Policy>) -> LimiterBuilder<K> {
         LimiterBuilder {
+            keys: PhantomData,
             policy: policy.into(),
             clock: MonotonicClock::new(),
             max_keys: usize::MAX,
@@ -315,19 +351,28 @@ impl Limiter<()> {
 }
 
 impl<K: Hash + Eq, C: Clock> Limiter<K, C> {
-    /// Decides a request of `cost` for `key` now, and charges it if admitted
-    /// (on every limit of the policy, or on none). Cost 0 is a peek.
-    ///
+    /// Decides a request for `key` now (cost 1) and charges it if admitted.
     /// Under [`OnFull::Reject`], a new key that cannot be tracked gets a
     /// denial with the builder's `full_retry_after`; use
     /// [`Limiter::try_check`] to tell that case apart.
     #[inline]
-    pub fn check<Q>(&self, key: &Q, cost: u64) -> Decision
+    pub fn check<Q>(&self, key: &Q) -> Decision
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        self.try_check(key, cost).unwrap_or_else(
+        self.check_cost(key, 1)
+    }
+
+    /// Decides a request of `cost` for `key` now, and charges it if admitted
+    /// (on every limit of the policy, or on none). Cost 0 is a peek.
+    #[inline]
+    pub fn check_cost<Q>(&self, key: &Q, cost: u64) -> Decision
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.try_check_cost(key, cost).unwrap_or_else(
             |_| with_keyed!(&self.table, t => t.full_decision(cost, self.bounds.full_retry)),
         )
     }
@@ -335,7 +380,18 @@ impl<K: Hash + Eq, C: Clock> Limiter<K, C> {
     /// Like [`Limiter::check`], but a new key refused because the limiter is
     /// full (under [`OnFull::Reject`]) is an error.
     #[inline]
-    pub fn try_check<Q>(&self, key: &Q, cost: u64) -> Result<Decision, LimiterFull>
+    pub fn try_check<Q>(&self, key: &Q) -> Result<Decision, LimiterFull>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.try_check_cost(key, 1)
+    }
+
+    /// Like [`Limiter::check_cost`], but a new key refused because the
+    /// limiter is full (under [`OnFull::Reject`]) is an error.
+    #[inline]
+    pub fn try_check_cost<Q>(&self, key: &Q, cost: u64) -> Result<Decision, LimiterFull>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
@@ -349,7 +405,7 @@ impl<K: Hash + Eq, C: Clock> Limiter<K, C> {
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        self.check(key, 0)
+        self.check_cost(key, 0)
     }
 
     /// Forgets `key`, as if it had never been seen. True if it was tracked.
@@ -540,7 +596,7 @@ impl<K: Hash + Eq, C: AsyncClock> Limiter<K, C> {
         let deadline = nanos(deadline);
         let give_up = self.clock.now().saturating_add(deadline);
         loop {
-            let decision = self.try_check(key, cost)?;
+            let decision = self.try_check_cost(key, cost)?;
             let wait = match decision.retry_after {
                 RetryAfter::Now => return Ok(decision),
                 RetryAfter::After(wait) => wait,

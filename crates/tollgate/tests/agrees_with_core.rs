@@ -67,7 +67,7 @@ proptest! {
                 Op::Check { key, cost } => {
                     let states = model.entry(key).or_insert_with(fresh);
                     let expected = tollgate::decide_all(states, limits, now, cost);
-                    prop_assert_eq!(limiter.check(&key, cost), expected, "key {} cost {} at {}", key, cost, now);
+                    prop_assert_eq!(limiter.check_cost(&key, cost), expected, "key {} cost {} at {}", key, cost, now);
                 }
                 Op::Refund { key, cost } => {
                     let states = model.entry(key).or_insert_with(fresh);
