@@ -23,6 +23,10 @@ const SWEEP_ON_INSERT: usize = 6;
 /// Buckets searched for an idle key to evict when the table is full.
 const EVICT_SCAN: usize = 64;
 
+/// An operation on a key's state at a time: its result and whether it
+/// charged the key.
+type Op<'a, S, T> = dyn Fn(&mut S, u64) -> (T, bool) + 'a;
+
 /// How many keys the table may hold and what happens to a new key beyond.
 pub(crate) struct Bounds {
     pub(crate) max_keys: usize,
@@ -172,7 +176,7 @@ impl<K: Hash + Eq, R: Rules> Keyed<K, R> {
         key: &Q,
         clock: &C,
         bounds: &Bounds,
-        op: &dyn Fn(&mut R::State, u64) -> (T, bool),
+        op: &Op<'_, R::State, T>,
     ) -> Result<T, LimiterFull>
     where
         K: Borrow<Q>,
@@ -217,7 +221,7 @@ impl<K: Hash + Eq, R: Rules> Keyed<K, R> {
         key: &Q,
         now: u64,
         bounds: &Bounds,
-        op: &dyn Fn(&mut R::State, u64) -> (T, bool),
+        op: &Op<'_, R::State, T>,
     ) -> Result<T, LimiterFull>
     where
         Q: ToOwned<Owned = K> + ?Sized,
