@@ -14,13 +14,16 @@
 //!   measures how often the process was scheduled out.
 //! - Each figure is the median of 3 measurements, taken alternately for the
 //!   two limiters (which one goes first alternates too).
-//! - Memory: heap bytes per key at 1,000,000 keys, from a counting global
-//!   allocator, default construction for both.
+//! - Memory: heap bytes per key at 1,000,000 keys, each charged once so
+//!   none is idle, from a counting global allocator (bytes requested;
+//!   malloc's own overhead is not counted): default construction for both,
+//!   and tollgate presized with `LimiterBuilder::capacity`, for every
+//!   algorithm and a policy of two limits.
 //!
 //! Run: `cargo run --release -p governor-vs-tollgate` (about a minute);
 //! `-- --checks N` sets the checks per thread per measurement (default
 //! 10,000,000, and 3,000,000 at 1M keys), `-- --keys N` runs one key count
-//! only.
+//! only, `-- --memory` the memory table only.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
@@ -30,7 +33,7 @@ use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
 use governor::{DefaultKeyedRateLimiter, Quota as GovQuota, RateLimiter};
-use tollgate::{Algorithm, Limit, Limiter, Quota};
+use tollgate::{Algorithm, Limit, Limiter, Policy, Quota};
 
 /// The system allocator, counting the bytes currently allocated.
 struct Counting;
@@ -187,25 +190,44 @@ fn bytes_per_key<T>(keys: u64, build: impl FnOnce() -> T) -> f64 {
     bytes as f64 / keys as f64
 }
 
+/// A tollgate limiter for `policy` holding `keys` keys, each charged once
+/// (so none is idle), presized for `capacity` keys (0: grown on demand).
+fn filled(policy: Policy, keys: u64, capacity: usize) -> Limiter<u64> {
+    let limiter = Limiter::builder(policy).capacity(capacity).build();
+    for key in 0..keys {
+        assert!(limiter.check(&key).allowed);
+    }
+    limiter
+}
+
 fn memory() {
     const KEYS: u64 = 1_000_000;
     let quota = Quota::per_minute(100).expect("valid quota");
-    println!("\n| limiter (default construction) | heap bytes per key at 1M keys |");
-    println!("|---|---:|");
-    for algorithm in [
-        Algorithm::Gcra,
-        Algorithm::TokenBucket,
-        Algorithm::LeakyBucket,
-        Algorithm::LeakyQueue,
-    ] {
-        let bytes = bytes_per_key(KEYS, || {
-            let limiter: Limiter<u64> = Limiter::new(Limit::new(algorithm, quota));
-            for key in 0..KEYS {
-                assert!(limiter.check(&key).allowed);
-            }
-            limiter
-        });
-        println!("| tollgate `{algorithm}` | {bytes:.1} |");
+    println!(
+        "\n| limiter | heap bytes per key at 1M keys, default | with `.capacity(1_000_000)` |"
+    );
+    println!("|---|---:|---:|");
+    let two = Policy::with_limits(vec![
+        Limit::new(Algorithm::Gcra, Quota::per_second(10).expect("valid quota")),
+        Limit::new(Algorithm::FixedWindow, quota),
+    ])
+    .expect("two limits");
+    let policies = Algorithm::ALL
+        .into_iter()
+        .map(|a| {
+            (
+                format!("tollgate `{a}`"),
+                Policy::from(Limit::new(a, quota)),
+            )
+        })
+        .chain([(
+            "tollgate `gcra` 10/s + `fixed_window` 100/min".to_string(),
+            two,
+        )]);
+    for (name, policy) in policies {
+        let grown = bytes_per_key(KEYS, || filled(policy.clone(), KEYS, 0));
+        let sized = bytes_per_key(KEYS, || filled(policy.clone(), KEYS, KEYS as usize));
+        println!("| {name} | {grown:.1} | {sized:.1} |");
     }
     let bytes = bytes_per_key(KEYS, || {
         let per_minute = NonZeroU32::new(100).expect("non-zero");
@@ -215,7 +237,7 @@ fn memory() {
         }
         limiter
     });
-    println!("| governor keyed (GCRA) | {bytes:.1} |");
+    println!("| governor keyed (GCRA) | {bytes:.1} | |");
 }
 
 fn main() {
@@ -231,7 +253,13 @@ fn main() {
         match arg.as_str() {
             "--checks" => checks = Some(value() as usize),
             "--keys" => only_keys = Some(value()),
-            other => panic!("unknown argument {other:?}; expected --checks N or --keys N"),
+            "--memory" => {
+                memory();
+                return;
+            }
+            other => {
+                panic!("unknown argument {other:?}; expected --checks N, --keys N or --memory")
+            }
         }
     }
 

@@ -65,71 +65,48 @@ pub trait Bucket: AlgorithmState + Copy + sealed::Sealed {
 /// The meters (token bucket, GCRA, leaky meter) decide on the debt alone,
 /// drained by the time since the last change: the same integers as their
 /// own states, without the round trip through a 128-bit absolute time.
-macro_rules! meter_step {
-    () => {
-        #[inline(always)]
-        fn step_compact(
-            key: &Compact<Self>,
-            quota: &Quota,
-            now: u64,
-            cost: u64,
-        ) -> (Decision, Compact<Self>) {
-            let now = now.max(key.last);
-            let debt = u128::from(key.debt).saturating_sub(quota.ticks(now - key.last));
-            let (decision, after) = bucket::decide(quota, debt, cost);
-            if decision.allowed && cost > 0 {
-                (decision, Compact::from_parts(now, after))
-            } else {
-                (decision, *key)
+/// `$owing` builds the meter owing a debt at a time.
+macro_rules! meter {
+    ($meter:ident, |$quota:ident, $last:ident, $debt:ident| $owing:expr) => {
+        impl sealed::Sealed for $meter {}
+        impl Bucket for $meter {
+            #[inline(always)]
+            fn debt_at_last(&self, quota: &Quota) -> u128 {
+                self.debt(quota, self.last_update()).1
+            }
+
+            #[inline(always)]
+            fn from_debt($quota: &Quota, $last: u64, $debt: u128) -> Self {
+                $owing
+            }
+
+            #[inline(always)]
+            fn step_compact(
+                key: &Compact<Self>,
+                quota: &Quota,
+                now: u64,
+                cost: u64,
+            ) -> (Decision, Compact<Self>) {
+                let now = now.max(key.last);
+                let debt = u128::from(key.debt).saturating_sub(quota.ticks(now - key.last));
+                let (decision, after) = bucket::decide(quota, debt, cost);
+                if decision.allowed && cost > 0 {
+                    (decision, Compact::from_parts(now, after))
+                } else {
+                    (decision, *key)
+                }
             }
         }
     };
 }
 
-impl sealed::Sealed for Gcra {}
-impl Bucket for Gcra {
-    meter_step!();
-
-    #[inline(always)]
-    fn debt_at_last(&self, quota: &Quota) -> u128 {
-        self.debt(quota, self.last_update()).1
-    }
-
-    #[inline(always)]
-    fn from_debt(quota: &Quota, last: u64, debt: u128) -> Self {
-        Gcra::owing(quota, last, debt)
-    }
-}
-
-impl sealed::Sealed for TokenBucket {}
-impl Bucket for TokenBucket {
-    meter_step!();
-
-    #[inline(always)]
-    fn debt_at_last(&self, quota: &Quota) -> u128 {
-        self.debt(quota, self.last_update()).1
-    }
-
-    #[inline(always)]
-    fn from_debt(quota: &Quota, last: u64, debt: u128) -> Self {
-        TokenBucket::owing(quota, last, debt)
-    }
-}
-
-impl sealed::Sealed for LeakyBucket {}
-impl Bucket for LeakyBucket {
-    meter_step!();
-
-    #[inline(always)]
-    fn debt_at_last(&self, quota: &Quota) -> u128 {
-        self.debt(quota, self.last_update()).1
-    }
-
-    #[inline(always)]
-    fn from_debt(_quota: &Quota, last: u64, debt: u128) -> Self {
-        LeakyBucket::owing(last, debt)
-    }
-}
+meter!(Gcra, |quota, last, debt| Gcra::owing(quota, last, debt));
+meter!(TokenBucket, |quota, last, debt| TokenBucket::owing(
+    quota, last, debt
+));
+meter!(LeakyBucket, |_quota, last, debt| LeakyBucket::owing(
+    last, debt
+));
 
 impl sealed::Sealed for LeakyQueue {}
 impl Bucket for LeakyQueue {
