@@ -25,9 +25,12 @@ use crate::{Clock, Limit, MonotonicClock, Policy, Quota, QuotaError};
 /// Every decision is made by the exact core ([`tollgate_core`]), so a
 /// `Limiter` answers exactly like `tollgate replay` on the same request times.
 /// Keys live in a sharded hash map (four shards per CPU, each behind its own
-/// lock); the clock is read after the key's shard is locked, so each key sees
-/// its times in order. `Limiter` is `Send + Sync` and has no global state:
-/// share it with an `Arc`.
+/// readers-writer lock); a charge reads the clock after locking the key's
+/// shard, so each key sees its times in order. When threads queue for a
+/// shard while being refused (a hot key under attack), its denials are
+/// decided under the shared lock, which they never queue for, until a
+/// charge is admitted again. `Limiter` is `Send + Sync` and has no global
+/// state: share it with an `Arc`.
 ///
 /// ```
 /// use std::time::Duration;
@@ -63,8 +66,12 @@ use crate::{Clock, Limit, MonotonicClock, Policy, Quota, QuotaError};
 /// shard at a time. [`LimiterBuilder::max_keys`] caps the keys against a
 /// flood of random ones: a new key beyond it evicts an idle key near it,
 /// and if there is none, [`OnFull`] says how it is decided: by default
-/// against one overflow budget shared by all the keys left out. A GCRA key with a `u64` key takes about 69 bytes at 1M
-/// keys when the tables grow on demand, 39 with
+/// against one overflow budget shared by all the keys left out.
+///
+/// A key of the bucket family (GCRA, token bucket, leaky bucket and queue)
+/// is stored in 16 bytes whenever its quota allows (see
+/// [`Compact`](tollgate_core::Compact)): with a `u64` key, about 52 bytes
+/// per key at 1M keys when the tables grow on demand, 29.5 with
 /// [`LimiterBuilder::capacity`] (see `docs/PERFORMANCE.md`).
 ///
 /// The same code against a shared store (Redis, ...) goes through
@@ -258,8 +265,9 @@ impl<K: Hash + Eq, C: Clock> LimiterBuilder<K, C> {
     }
 
     /// Allocates room for `keys` keys up front, with the shard count chosen
-    /// so the tables are nearly full at that many keys (about 39 bytes per
-    /// GCRA key at 1M `u64` keys, against about 69 when grown on demand).
+    /// so the tables are nearly full at that many keys (about 29.5 bytes
+    /// per GCRA key at 1M `u64` keys, against about 52 when grown on
+    /// demand).
     /// Tables still grow past it. Default: 0, grown on demand.
     pub fn capacity(mut self, keys: usize) -> Self {
         self.capacity = keys;
