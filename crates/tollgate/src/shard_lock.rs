@@ -47,13 +47,15 @@ impl<T> ShardLock<T> {
         }
     }
 
-    /// Shared access, once no writer holds the lock.
+    /// Shared access, once no writer holds the lock, and whether nobody
+    /// else held it when asked.
     #[inline]
-    pub(crate) fn read(&self) -> ReadGuard<'_, T> {
+    pub(crate) fn read(&self) -> (ReadGuard<'_, T>, bool) {
         let mut backoff = Backoff::default();
         loop {
-            if self.state.fetch_add(READER, Ordering::Acquire) & WRITER == 0 {
-                return ReadGuard { lock: self };
+            let before = self.state.fetch_add(READER, Ordering::Acquire);
+            if before & WRITER == 0 {
+                return (ReadGuard { lock: self }, before == 0);
             }
             self.state.fetch_sub(READER, Ordering::Relaxed);
             while self.state.load(Ordering::Relaxed) & WRITER != 0 {
@@ -160,13 +162,14 @@ mod tests {
                 s.spawn(|| {
                     for _ in 0..10_000 {
                         *lock.write().0 += 1;
-                        let a = lock.read();
-                        let b = lock.read();
+                        let (a, _) = lock.read();
+                        let (b, alone) = lock.read();
+                        assert!(!alone, "`a` is inside");
                         assert_eq!(*a, *b);
                     }
                 });
             }
         });
-        assert_eq!(*lock.read(), 40_000);
+        assert_eq!(*lock.read().0, 40_000);
     }
 }

@@ -28,7 +28,8 @@ struct Locked<K, V> {
     /// Whether denials are decided under the shared lock ([`Probe::shared`]):
     /// set when a denial was decided after waiting for the exclusive lock
     /// (threads queueing for a key they are refused), cleared by the next
-    /// admitted charge. Uncontended, the exclusive path is the faster one.
+    /// admitted charge or a shared read that finds nobody else in the
+    /// lock. Uncontended, the exclusive path is the faster one.
     /// Written only when it changes.
     shared_reads: AtomicBool,
     shard: ShardLock<Shard<K, V>>,
@@ -125,14 +126,19 @@ impl<'a, K, V> Probe<'a, K, V> {
     /// `read` applied to the value stored for `key`, under the shard's
     /// shared lock: readers never wait for one another, so a key many
     /// threads only read (a hot key being denied) is not a queue on one
-    /// lock. `None` if the key is not stored.
+    /// lock. `None` if the key is not stored. Finding the lock free of
+    /// anyone else, it turns shared reads off: uncontended, the exclusive
+    /// path is the faster one.
     #[inline(always)]
     pub(crate) fn shared<Q, T>(&self, key: &Q, read: impl FnOnce(&V) -> T) -> Option<T>
     where
         K: Borrow<Q>,
         Q: Eq + ?Sized,
     {
-        let shard = self.locked.shard.read();
+        let (shard, alone) = self.locked.shard.read();
+        if alone {
+            self.set_shared_reads(false);
+        }
         shard
             .table
             .find(self.hash, |(k, _)| k.borrow() == key)
