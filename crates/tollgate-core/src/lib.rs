@@ -24,6 +24,7 @@
 
 mod algorithm;
 pub mod algorithms;
+mod compact;
 mod decision;
 mod lease;
 mod multi;
@@ -33,6 +34,7 @@ mod ticks;
 
 pub use algorithm::{Algorithm, UnknownAlgorithm};
 pub use algorithms::AlgorithmState;
+pub use compact::{Bucket, Compact};
 pub use decision::{Decision, RetryAfter};
 pub use lease::{Lease, LeaseError};
 pub use multi::{decide_all, force_all, lease_all, preview_all, refund_all};

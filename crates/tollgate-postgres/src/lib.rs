@@ -22,7 +22,7 @@
 //! let policy = Policy::new(Limit::new(Algorithm::Gcra, Quota::per_second(10).unwrap()));
 //! let backend = PostgresBackend::connect("postgres://app@127.0.0.1/app").await?;
 //! let store = Store::new(policy, backend)?;
-//! let decision = store.check("user-1", 1).await?;
+//! let decision = store.check("user-1").await?;
 //! assert!(decision.allowed);
 //! # Ok(()) }
 //! ```

@@ -292,8 +292,8 @@ async fn the_store_switches_from_memory_to_postgres_in_one_line() {
         Store::new(p, common::backend(&server.url()).await).unwrap();
     for cost in [1, 1, 2, 1, 4] {
         let (a, b) = (
-            memory.check("k", cost).await.unwrap(),
-            postgres.check("k", cost).await.unwrap(),
+            memory.check_cost("k", cost).await.unwrap(),
+            postgres.check_cost("k", cost).await.unwrap(),
         );
         // Decided microseconds apart on two clocks: the same verdicts.
         assert_eq!((a.allowed, a.limit), (b.allowed, b.limit), "cost {cost}");
@@ -317,7 +317,7 @@ async fn refund_force_and_lease_through_the_store() {
     let forced = bucket.force("k", 10).await.unwrap();
     assert!(forced.allowed);
     assert_eq!(forced.remaining, 0);
-    let denied = bucket.check("k", 1).await.unwrap();
+    let denied = bucket.check("k").await.unwrap();
     assert!(!denied.allowed);
     // 3 tokens of debt and 1 more to take: 4 intervals of 6 s, minus the
     // time since (microseconds).

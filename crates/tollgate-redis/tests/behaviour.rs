@@ -258,8 +258,8 @@ async fn the_store_switches_from_memory_to_redis_in_one_line() {
     let redis = tollgate::Store::new(policy, common::backend(&server.url()).await).unwrap();
     for cost in [1, 1, 2, 1, 4] {
         let (a, b) = (
-            memory.check("k", cost).await.unwrap(),
-            redis.check("k", cost).await.unwrap(),
+            memory.check_cost("k", cost).await.unwrap(),
+            redis.check_cost("k", cost).await.unwrap(),
         );
         // Decided microseconds apart on two clocks: the same verdicts.
         assert_eq!((a.allowed, a.limit), (b.allowed, b.limit), "cost {cost}");
@@ -287,7 +287,7 @@ async fn refund_force_and_lease_on_the_server_clock() {
     assert_eq!(forced.remaining, 0);
     // 16 units of debt beyond the burst and one more for the request, 6 s
     // each, less the few microseconds since the charge.
-    let denied = store.check("k", 1).await.unwrap();
+    let denied = store.check("k").await.unwrap();
     let RetryAfter::After(wait) = denied.retry_after else {
         panic!("{denied:?}")
     };

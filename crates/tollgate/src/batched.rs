@@ -90,7 +90,7 @@ counters! {
 /// let config = BatchConfig::default().batch(10).hot_rate(5);
 /// let store = Store::new(policy, Batched::new(MemoryBackend::new(), config))?;
 /// for _ in 0..100 {
-///     assert!(store.check("hot-key", 1).await?.allowed);
+///     assert!(store.check("hot-key").await?.allowed);
 /// }
 /// // The first requests go to the store one by one; once the key is hot,
 /// // one lease serves ten requests.

@@ -1,33 +1,40 @@
 //! Where a limiter's time comes from, and how it waits.
 //!
-//! A [`Clock`] gives nanoseconds that never run backwards and a way to sleep
-//! on that same time line, so code that waits ([`Limiter::until_ready`])
-//! can be tested with a [`FakeClock`] without any real sleeping.
-//!
-//! [`Limiter::until_ready`]: crate::Limiter::until_ready
+//! A [`Clock`] gives nanoseconds that never run backwards; an
+//! `AsyncClock` (feature `async`) also sleeps on that same time line, so
+//! code that waits (`Limiter::until_ready`) can be tested with a
+//! [`FakeClock`] without any real sleeping.
 
+#[cfg(feature = "async")]
 use std::future::Future;
+#[cfg(feature = "async")]
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
+use std::task::Waker;
+#[cfg(feature = "async")]
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use parking_lot::Mutex;
 
-/// A monotonic source of time in nanoseconds, with sleeping on the same time
-/// line.
+/// A monotonic source of time in nanoseconds.
 pub trait Clock: Send + Sync {
     /// Nanoseconds since the clock's own origin. Never decreases.
     fn now(&self) -> u64;
+}
 
+/// A [`Clock`] that can also wait on its own time line (feature `async`).
+#[cfg(feature = "async")]
+pub trait AsyncClock: Clock {
     /// Completes once `duration` has passed on this clock.
     fn sleep(&self, duration: Duration) -> impl Future<Output = ()> + Send;
 }
 
 /// The default clock: the CPU's time-stamp counter through `quanta`
 /// (a few nanoseconds per read), counted from the clock's creation. Sleeps
-/// with tokio's timer, so waiting needs a tokio runtime with time enabled.
+/// with tokio's timer (feature `async`), so waiting needs a tokio runtime
+/// with time enabled.
 #[derive(Clone, Debug)]
 pub struct MonotonicClock {
     clock: quanta::Clock,
@@ -54,7 +61,10 @@ impl Clock for MonotonicClock {
     fn now(&self) -> u64 {
         self.clock.delta_as_nanos(self.origin, self.clock.raw())
     }
+}
 
+#[cfg(feature = "async")]
+impl AsyncClock for MonotonicClock {
     fn sleep(&self, duration: Duration) -> impl Future<Output = ()> + Send {
         tokio::time::sleep(duration)
     }
@@ -138,7 +148,10 @@ impl Clock for FakeClock {
     fn now(&self) -> u64 {
         self.inner.now.load(Ordering::Acquire)
     }
+}
 
+#[cfg(feature = "async")]
+impl AsyncClock for FakeClock {
     fn sleep(&self, duration: Duration) -> impl Future<Output = ()> + Send {
         let ns = u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX);
         FakeSleep {
@@ -149,11 +162,13 @@ impl Clock for FakeClock {
 }
 
 /// The future of [`FakeClock::sleep`].
+#[cfg(feature = "async")]
 struct FakeSleep {
     clock: FakeClock,
     until: u64,
 }
 
+#[cfg(feature = "async")]
 impl Future for FakeSleep {
     type Output = ();
 
@@ -195,6 +210,7 @@ mod tests {
         }
     }
 
+    #[cfg(feature = "async")]
     #[tokio::test]
     async fn fake_sleep_ends_when_the_clock_reaches_it() {
         let clock = FakeClock::new();

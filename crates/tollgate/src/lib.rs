@@ -32,46 +32,65 @@
 //!     .build();
 //!
 //! for _ in 0..10 {
-//!     assert!(limiter.check("user-42", 1).allowed);
+//!     assert!(limiter.check("user-42").allowed);
 //! }
-//! let denied = limiter.check("user-42", 1);
+//! let denied = limiter.check("user-42");
 //! assert!(!denied.allowed);
 //! // One emission interval, 60 s / 100, until the next one fits: exact, in ns.
 //! assert_eq!(denied.retry_after, RetryAfter::After(600_000_000));
-//! assert!(limiter.check("someone-else", 1).allowed); // keys are independent
+//! assert!(limiter.check("someone-else").allowed); // keys are independent
 //!
 //! clock.advance(Duration::from_millis(600));
-//! assert!(limiter.check("user-42", 1).allowed);
+//! assert!(limiter.check("user-42").allowed);
 //! # Ok::<(), tollgate::QuotaError>(())
 //! ```
+//!
+//! The async parts (`Limiter::until_ready`, `Reservation::ready`,
+//! `AsyncClock`, `Backend`, `MemoryBackend`, `Store`) are behind the default
+//! feature `async`, the only one that pulls in tokio: a synchronous service
+//! can depend on `tollgate` with `default-features = false`.
 
+#[cfg(feature = "async")]
 mod backend;
+#[cfg(feature = "async")]
 mod batched;
 mod breaker;
 mod clock;
 mod concurrency;
+#[cfg(feature = "async")]
 mod counters;
 mod huge;
 mod keyed;
 mod limiter;
+#[cfg(feature = "async")]
 mod memory;
 mod policy;
+#[cfg(feature = "async")]
 mod resilient;
 mod rules;
+mod shard_lock;
 mod sharded;
+#[cfg(feature = "async")]
 mod store;
 
+#[cfg(feature = "async")]
 pub use backend::{Backend, BackendError};
+#[cfg(feature = "async")]
 pub use batched::{BatchConfig, BatchStats, Batched};
 pub use breaker::{Breaker, BreakerConfig, BreakerState, CallPermit};
+#[cfg(feature = "async")]
+pub use clock::AsyncClock;
 pub use clock::{Clock, FakeClock, MonotonicClock};
 pub use concurrency::{AtCapacity, ConcurrencyLimiter, Permit};
 pub use limiter::{Limiter, LimiterBuilder, LimiterFull, OnFull, Reservation, WaitError};
+#[cfg(feature = "async")]
 pub use memory::MemoryBackend;
 pub use policy::{Policy, PolicyError};
+#[cfg(feature = "async")]
 pub use resilient::{
     FailurePolicy, OnStoreError, ResilienceStats, Resilient, ResilientBuilder, DEFAULT_DEADLINE,
 };
+#[cfg(feature = "async")]
 pub use store::Store;
 pub use tollgate_core::{
     decide_all, force_all, lease_all, preview_all, refund_all, Algorithm, Decision, Lease,

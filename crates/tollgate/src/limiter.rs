@@ -2,27 +2,35 @@
 
 use std::borrow::Borrow;
 use std::hash::Hash;
+use std::marker::PhantomData;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use tollgate_core::algorithms::{
     FixedWindow, Gcra, LeakyBucket, LeakyQueue, SlidingCounter, SlidingLog, TokenBucket,
 };
-use tollgate_core::{Algorithm, Decision, Lease, LeaseError, RetryAfter};
+#[cfg(feature = "async")]
+use tollgate_core::RetryAfter;
+use tollgate_core::{Algorithm, Compact, Decision, Lease, LeaseError};
 
 use crate::keyed::{Bounds, Keyed};
 use crate::rules::{All, One};
 use crate::sharded::{default_shards, Sizing};
-use crate::{Clock, MonotonicClock, Policy};
+#[cfg(feature = "async")]
+use crate::AsyncClock;
+use crate::{Clock, Limit, MonotonicClock, Policy, Quota, QuotaError};
 
 /// A rate limiter holding the state of many keys in process memory.
 ///
 /// Every decision is made by the exact core ([`tollgate_core`]), so a
 /// `Limiter` answers exactly like `tollgate replay` on the same request times.
 /// Keys live in a sharded hash map (four shards per CPU, each behind its own
-/// lock); the clock is read after the key's shard is locked, so each key sees
-/// its times in order. `Limiter` is `Send + Sync` and has no global state:
-/// share it with an `Arc`.
+/// readers-writer lock); a charge reads the clock after locking the key's
+/// shard, so each key sees its times in order. When threads queue for a
+/// shard while being refused (a hot key under attack), its denials are
+/// decided under the shared lock, which they never queue for, until a
+/// charge is admitted again. `Limiter` is `Send + Sync` and has no global
+/// state: share it with an `Arc`.
 ///
 /// ```
 /// use std::time::Duration;
@@ -36,15 +44,15 @@ use crate::{Clock, MonotonicClock, Policy};
 ///     .build();
 ///
 /// for _ in 0..10 {
-///     assert!(limiter.check("alice", 1).allowed);
+///     assert!(limiter.check("alice").allowed);
 /// }
-/// let denied = limiter.check("alice", 1);
+/// let denied = limiter.check("alice");
 /// assert!(!denied.allowed);
 /// assert_eq!(denied.retry_after, RetryAfter::After(600_000_000)); // 60 s / 100
-/// assert!(limiter.check("bob", 1).allowed); // every key has its own budget
+/// assert!(limiter.check("bob").allowed); // every key has its own budget
 ///
 /// clock.advance(Duration::from_millis(600));
-/// assert!(limiter.check("alice", 1).allowed);
+/// assert!(limiter.check_cost("alice", 1).allowed); // any cost: check_cost
 /// ```
 ///
 /// # Memory
@@ -57,9 +65,13 @@ use crate::{Clock, MonotonicClock, Policy};
 /// is 3/4 full, and [`Limiter::sweep_step`] / [`Limiter::sweep`] lock one
 /// shard at a time. [`LimiterBuilder::max_keys`] caps the keys against a
 /// flood of random ones: a new key beyond it evicts an idle key near it,
-/// and if there is none, [`OnFull`] says whether it is decided untracked
-/// or refused. A GCRA key with a `u64` key takes about 69 bytes at 1M
-/// keys when the tables grow on demand, 39 with
+/// and if there is none, [`OnFull`] says how it is decided: by default
+/// against one overflow budget shared by all the keys left out.
+///
+/// A key of the bucket family (GCRA, token bucket, leaky bucket and queue)
+/// is stored in 16 bytes whenever its quota allows (see
+/// [`Compact`](tollgate_core::Compact)): with a `u64` key, about 52 bytes
+/// per key at 1M keys when the tables grow on demand, 29.5 with
 /// [`LimiterBuilder::capacity`] (see `docs/PERFORMANCE.md`).
 ///
 /// The same code against a shared store (Redis, ...) goes through
@@ -76,15 +88,18 @@ pub struct Limiter<K, C = MonotonicClock> {
 }
 
 /// The keys of the policy, stored as the algorithm's own state type when
-/// the policy has one limit.
+/// the policy has one limit, a bucket-family key in its 16-byte compact
+/// form (see `tollgate_core::Compact`). A bucket quota too wide for it
+/// (`(burst + 1) × period` beyond 2^63 ticks) and a policy of several
+/// limits store the core's `State` per limit instead.
 enum Table<K> {
     FixedWindow(Keyed<K, One<FixedWindow>>),
     SlidingLog(Keyed<K, One<SlidingLog>>),
     SlidingCounter(Keyed<K, One<SlidingCounter>>),
-    TokenBucket(Keyed<K, One<TokenBucket>>),
-    Gcra(Keyed<K, One<Gcra>>),
-    LeakyBucket(Keyed<K, One<LeakyBucket>>),
-    LeakyQueue(Keyed<K, One<LeakyQueue>>),
+    TokenBucket(Keyed<K, One<Compact<TokenBucket>>>),
+    Gcra(Keyed<K, One<Compact<Gcra>>>),
+    LeakyBucket(Keyed<K, One<Compact<LeakyBucket>>>),
+    LeakyQueue(Keyed<K, One<Compact<LeakyQueue>>>),
     All(Keyed<K, All>),
 }
 
@@ -107,28 +122,46 @@ macro_rules! with_keyed {
 impl<K: Hash + Eq> Table<K> {
     fn new(policy: &Policy, sizing: Sizing) -> Self {
         let limits = policy.limits();
+        let several = || Table::All(Keyed::new(All::new(limits), sizing));
         let [limit] = limits else {
-            return Table::All(Keyed::new(All::new(limits), sizing));
+            return several();
         };
         let quota = limit.quota;
-        match limit.algorithm {
-            Algorithm::FixedWindow => Table::FixedWindow(Keyed::new(One::new(quota), sizing)),
-            Algorithm::SlidingLog => Table::SlidingLog(Keyed::new(One::new(quota), sizing)),
-            Algorithm::SlidingCounter => Table::SlidingCounter(Keyed::new(One::new(quota), sizing)),
-            Algorithm::TokenBucket => Table::TokenBucket(Keyed::new(One::new(quota), sizing)),
-            Algorithm::Gcra => Table::Gcra(Keyed::new(One::new(quota), sizing)),
-            Algorithm::LeakyBucket => Table::LeakyBucket(Keyed::new(One::new(quota), sizing)),
-            Algorithm::LeakyQueue => Table::LeakyQueue(Keyed::new(One::new(quota), sizing)),
+        macro_rules! keyed {
+            () => {
+                Keyed::new(One::new(quota), sizing)
+            };
+        }
+        // Every bucket algorithm's compact form fits the same quotas.
+        let compact = Compact::<Gcra>::fits(&quota);
+        match (limit.algorithm, compact) {
+            (Algorithm::FixedWindow, _) => Table::FixedWindow(keyed!()),
+            (Algorithm::SlidingLog, _) => Table::SlidingLog(keyed!()),
+            (Algorithm::SlidingCounter, _) => Table::SlidingCounter(keyed!()),
+            (Algorithm::TokenBucket, true) => Table::TokenBucket(keyed!()),
+            (Algorithm::Gcra, true) => Table::Gcra(keyed!()),
+            (Algorithm::LeakyBucket, true) => Table::LeakyBucket(keyed!()),
+            (Algorithm::LeakyQueue, true) => Table::LeakyQueue(keyed!()),
+            (_, false) => several(),
         }
     }
 }
 
 /// What a limiter does with a new key when it already holds `max_keys` keys
 /// and none of the keys it looked at could be evicted as idle.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum OnFull {
+    /// Decide the request against one overflow budget shared by every key
+    /// that could not be tracked: the policy applied to all of them as if
+    /// they were one key. Known keys stay limited as before, and a flood of
+    /// random new keys cannot get more through together than one key's
+    /// quota, so a brand-new key during the flood may be refused for the
+    /// flood's spending. The default: safe under attack, never unlimited.
+    #[default]
+    Shared,
     /// Decide the request as a new key's first one, without remembering it:
-    /// known keys stay limited, new keys are not limited until room frees.
+    /// known keys stay limited, new keys are **not limited** until room
+    /// frees. Only for key sets known to be bounded.
     AdmitUntracked,
     /// Refuse the request: [`Limiter::try_check`] returns [`LimiterFull`] and
     /// [`Limiter::check`] a denial.
@@ -160,8 +193,9 @@ pub enum WaitError {
     Full(#[from] LimiterFull),
 }
 
-/// Options of a [`Limiter`], from [`Limiter::builder`].
-pub struct LimiterBuilder<C> {
+/// Options of a [`Limiter`] of keys `K`, from [`Limiter::builder`].
+pub struct LimiterBuilder<K, C = MonotonicClock> {
+    keys: PhantomData<fn() -> K>,
     policy: Policy,
     clock: C,
     max_keys: usize,
@@ -172,10 +206,11 @@ pub struct LimiterBuilder<C> {
     capacity: usize,
 }
 
-impl<C: Clock> LimiterBuilder<C> {
+impl<K: Hash + Eq, C: Clock> LimiterBuilder<K, C> {
     /// Uses `clock` instead of the default [`MonotonicClock`].
-    pub fn clock<C2: Clock>(self, clock: C2) -> LimiterBuilder<C2> {
+    pub fn clock<C2: Clock>(self, clock: C2) -> LimiterBuilder<K, C2> {
         LimiterBuilder {
+            keys: PhantomData,
             policy: self.policy,
             clock,
             max_keys: self.max_keys,
@@ -189,9 +224,17 @@ impl<C: Clock> LimiterBuilder<C> {
 
     /// Holds at most `max_keys` keys. A new key beyond it first evicts an
     /// idle key from the ones near it in its shard (up to 64 looked at);
-    /// if none is idle, `on_full` decides. Unbounded by default.
-    pub fn max_keys(mut self, max_keys: usize, on_full: OnFull) -> Self {
+    /// if none is idle, [`LimiterBuilder::on_full`] decides (by default
+    /// [`OnFull::Shared`]: one budget for all the keys left out).
+    /// Unbounded by default.
+    pub fn max_keys(mut self, max_keys: usize) -> Self {
         self.max_keys = max_keys;
+        self
+    }
+
+    /// What a new key gets when the limiter holds `max_keys` keys and none
+    /// is idle (default: [`OnFull::Shared`]).
+    pub fn on_full(mut self, on_full: OnFull) -> Self {
         self.on_full = on_full;
         self
     }
@@ -222,8 +265,9 @@ impl<C: Clock> LimiterBuilder<C> {
     }
 
     /// Allocates room for `keys` keys up front, with the shard count chosen
-    /// so the tables are nearly full at that many keys (about 39 bytes per
-    /// GCRA key at 1M `u64` keys, against about 69 when grown on demand).
+    /// so the tables are nearly full at that many keys (about 29.5 bytes
+    /// per GCRA key at 1M `u64` keys, against about 52 when grown on
+    /// demand).
     /// Tables still grow past it. Default: 0, grown on demand.
     pub fn capacity(mut self, keys: usize) -> Self {
         self.capacity = keys;
@@ -239,7 +283,7 @@ impl<C: Clock> LimiterBuilder<C> {
     }
 
     /// The limiter.
-    pub fn build<K: Hash + Eq>(self) -> Limiter<K, C> {
+    pub fn build(self) -> Limiter<K, C> {
         Limiter {
             table: Table::new(&self.policy, self.sizing()),
             policy: self.policy,
@@ -262,17 +306,50 @@ impl<K: Hash + Eq> Limiter<K> {
     pub fn new(policy: impl Into<Policy>) -> Self {
         Limiter::builder(policy).build()
     }
-}
 
-impl Limiter<()> {
-    /// Options: clock, `max_keys`, shards. The key type is chosen by
-    /// [`LimiterBuilder::build`] (usually inferred).
-    pub fn builder(policy: impl Into<Policy>) -> LimiterBuilder<MonotonicClock> {
+    /// `limit` requests per second per key, at most `limit` at once: GCRA
+    /// (smooth, no window edges) on the default clock. Refused for a limit
+    /// of 0 or above [`Quota::MAX_LIMIT`](crate::Quota::MAX_LIMIT).
+    pub fn per_second(limit: u64) -> Result<Self, QuotaError> {
+        Ok(Limiter::new(Limit::new(
+            Algorithm::Gcra,
+            Quota::per_second(limit)?,
+        )))
+    }
+
+    /// `limit` requests per minute per key, at most `limit` at once; see
+    /// [`Limiter::per_second`].
+    ///
+    /// ```
+    /// let limiter = tollgate::Limiter::per_minute(100)?;
+    /// assert!(limiter.check("user-42").allowed);
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn per_minute(limit: u64) -> Result<Self, QuotaError> {
+        Ok(Limiter::new(Limit::new(
+            Algorithm::Gcra,
+            Quota::per_minute(limit)?,
+        )))
+    }
+
+    /// `limit` requests per hour per key, at most `limit` at once; see
+    /// [`Limiter::per_second`].
+    pub fn per_hour(limit: u64) -> Result<Self, QuotaError> {
+        Ok(Limiter::new(Limit::new(
+            Algorithm::Gcra,
+            Quota::per_hour(limit)?,
+        )))
+    }
+
+    /// Options: clock, `max_keys`, shards, capacity. The key type is
+    /// usually inferred from the limiter's use.
+    pub fn builder(policy: impl Into<Policy>) -> LimiterBuilder<K> {
         LimiterBuilder {
+            keys: PhantomData,
             policy: policy.into(),
             clock: MonotonicClock::new(),
             max_keys: usize::MAX,
-            on_full: OnFull::AdmitUntracked,
+            on_full: OnFull::default(),
             full_retry: Duration::from_secs(1),
             idle_grace: Duration::from_secs(1),
             shards: default_shards(),
@@ -282,19 +359,28 @@ impl Limiter<()> {
 }
 
 impl<K: Hash + Eq, C: Clock> Limiter<K, C> {
-    /// Decides a request of `cost` for `key` now, and charges it if admitted
-    /// (on every limit of the policy, or on none). Cost 0 is a peek.
-    ///
+    /// Decides a request for `key` now (cost 1) and charges it if admitted.
     /// Under [`OnFull::Reject`], a new key that cannot be tracked gets a
     /// denial with the builder's `full_retry_after`; use
     /// [`Limiter::try_check`] to tell that case apart.
     #[inline]
-    pub fn check<Q>(&self, key: &Q, cost: u64) -> Decision
+    pub fn check<Q>(&self, key: &Q) -> Decision
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        self.try_check(key, cost).unwrap_or_else(
+        self.check_cost(key, 1)
+    }
+
+    /// Decides a request of `cost` for `key` now, and charges it if admitted
+    /// (on every limit of the policy, or on none). Cost 0 is a peek.
+    #[inline]
+    pub fn check_cost<Q>(&self, key: &Q, cost: u64) -> Decision
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.try_check_cost(key, cost).unwrap_or_else(
             |_| with_keyed!(&self.table, t => t.full_decision(cost, self.bounds.full_retry)),
         )
     }
@@ -302,7 +388,18 @@ impl<K: Hash + Eq, C: Clock> Limiter<K, C> {
     /// Like [`Limiter::check`], but a new key refused because the limiter is
     /// full (under [`OnFull::Reject`]) is an error.
     #[inline]
-    pub fn try_check<Q>(&self, key: &Q, cost: u64) -> Result<Decision, LimiterFull>
+    pub fn try_check<Q>(&self, key: &Q) -> Result<Decision, LimiterFull>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.try_check_cost(key, 1)
+    }
+
+    /// Like [`Limiter::check_cost`], but a new key refused because the
+    /// limiter is full (under [`OnFull::Reject`]) is an error.
+    #[inline]
+    pub fn try_check_cost<Q>(&self, key: &Q, cost: u64) -> Result<Decision, LimiterFull>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
@@ -316,7 +413,7 @@ impl<K: Hash + Eq, C: Clock> Limiter<K, C> {
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        self.check(key, 0)
+        self.check_cost(key, 0)
     }
 
     /// Forgets `key`, as if it had never been seen. True if it was tracked.
@@ -426,43 +523,6 @@ impl<K: Hash + Eq, C: Clock> Limiter<K, C> {
         })
     }
 
-    /// Waits until `key` admits `cost`, then charges it and returns the
-    /// admitting decision; gives up at once, charging nothing, when the
-    /// wait would end after `deadline` from now ([`WaitError::TooLate`]) or
-    /// the cost can never fit ([`WaitError::NeverFits`]).
-    ///
-    /// Waiting is sleeping on the limiter's clock (tokio's timer for
-    /// [`MonotonicClock`]), never polling. Nothing is charged while waiting:
-    /// if the slot is taken by another caller in the meantime, it waits for
-    /// the next one, still within the deadline. Dropping the future gives up
-    /// with nothing to give back.
-    pub async fn until_ready<Q>(
-        &self,
-        key: &Q,
-        cost: u64,
-        deadline: Duration,
-    ) -> Result<Decision, WaitError>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        let deadline = nanos(deadline);
-        let give_up = self.clock.now().saturating_add(deadline);
-        loop {
-            let decision = self.try_check(key, cost)?;
-            let wait = match decision.retry_after {
-                RetryAfter::Now => return Ok(decision),
-                RetryAfter::After(wait) => wait,
-                RetryAfter::Never => return Err(WaitError::NeverFits(decision)),
-            };
-            let now = self.clock.now();
-            if now.saturating_add(wait) > give_up {
-                return Err(WaitError::TooLate { wait });
-            }
-            self.clock.sleep(Duration::from_nanos(wait)).await;
-        }
-    }
-
     /// Sweeps a bounded part of one shard (the next in turn): looks at up
     /// to `budget` buckets and forgets the keys that have been back to their
     /// initial state for the idle grace. Locks one shard, briefly; never the
@@ -519,6 +579,46 @@ impl<K: Hash + Eq, C: Clock> Limiter<K, C> {
     }
 }
 
+#[cfg(feature = "async")]
+impl<K: Hash + Eq, C: AsyncClock> Limiter<K, C> {
+    /// Waits until `key` admits `cost`, then charges it and returns the
+    /// admitting decision; gives up at once, charging nothing, when the
+    /// wait would end after `deadline` from now ([`WaitError::TooLate`]) or
+    /// the cost can never fit ([`WaitError::NeverFits`]).
+    ///
+    /// Waiting is sleeping on the limiter's clock (tokio's timer for
+    /// [`MonotonicClock`]), never polling. Nothing is charged while waiting:
+    /// if the slot is taken by another caller in the meantime, it waits for
+    /// the next one, still within the deadline. Dropping the future gives up
+    /// with nothing to give back.
+    pub async fn until_ready<Q>(
+        &self,
+        key: &Q,
+        cost: u64,
+        deadline: Duration,
+    ) -> Result<Decision, WaitError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let deadline = nanos(deadline);
+        let give_up = self.clock.now().saturating_add(deadline);
+        loop {
+            let decision = self.try_check_cost(key, cost)?;
+            let wait = match decision.retry_after {
+                RetryAfter::Now => return Ok(decision),
+                RetryAfter::After(wait) => wait,
+                RetryAfter::Never => return Err(WaitError::NeverFits(decision)),
+            };
+            let now = self.clock.now();
+            if now.saturating_add(wait) > give_up {
+                return Err(WaitError::TooLate { wait });
+            }
+            self.clock.sleep(Duration::from_nanos(wait)).await;
+        }
+    }
+}
+
 /// `duration` in nanoseconds, saturating.
 fn nanos(duration: Duration) -> u64 {
     u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
@@ -552,18 +652,21 @@ impl<K: Hash + Eq, C: Clock> Reservation<'_, K, C> {
         self.decision
     }
 
+    /// Gives the cost back (see [`Limiter::refund`]): for a request that
+    /// will not go. The key's clock stays at the reservation's time, so
+    /// the room it frees is usable from that time on.
+    pub fn cancel(self) {
+        self.limiter.refund(&self.key, self.cost);
+    }
+}
+
+#[cfg(feature = "async")]
+impl<K: Hash + Eq, C: AsyncClock> Reservation<'_, K, C> {
     /// Sleeps on the limiter's clock until the request may go.
     pub async fn ready(&self) {
         let wait = self.wait();
         if !wait.is_zero() {
             self.limiter.clock.sleep(wait).await;
         }
-    }
-
-    /// Gives the cost back (see [`Limiter::refund`]): for a request that
-    /// will not go. The key's clock stays at the reservation's time, so
-    /// the room it frees is usable from that time on.
-    pub fn cancel(self) {
-        self.limiter.refund(&self.key, self.cost);
     }
 }

@@ -73,7 +73,7 @@ impl<C: Clock + Clone> Backend for MemoryBackend<C> {
         policy: &Policy,
         cost: u64,
     ) -> impl Future<Output = Result<Decision, BackendError>> + Send {
-        ready(valid(key).map(|key| self.limiter(policy).check(key, cost)))
+        ready(valid(key).map(|key| self.limiter(policy).check_cost(key, cost)))
     }
 
     fn reset(

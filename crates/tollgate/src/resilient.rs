@@ -115,7 +115,7 @@ counters! {
 ///     .policy(api, FailurePolicy::new(OnStoreError::Fallback { instances: 4 }))
 ///     .build();
 /// let store = Store::new(api, backend)?;
-/// assert!(store.check("user-1", 1).await?.allowed);
+/// assert!(store.check("user-1").await?.allowed);
 /// # Ok(()) }
 /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(demo()).unwrap();
 /// ```
@@ -354,7 +354,9 @@ impl<B: Backend, C: Clock + Clone> Resilient<B, C> {
             }
             OnStoreError::Fallback { instances } => {
                 self.counters.fallback.fetch_add(1, Ordering::Relaxed);
-                Ok(self.fallback_limiter(policy, instances).check(key, cost))
+                Ok(self
+                    .fallback_limiter(policy, instances)
+                    .check_cost(key, cost))
             }
         }
     }

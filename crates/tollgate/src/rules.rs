@@ -15,7 +15,7 @@ use tollgate_core::{
 /// The rules a keyed table enforces, with the per-key state they need.
 pub(crate) trait Rules: Send + Sync {
     /// Per-key state.
-    type State: Send;
+    type State: Clone + Send + Sync;
     /// The state of a key never seen.
     fn fresh(&self) -> Self::State;
     /// Decides and charges if admitted (all limits or none).
@@ -49,7 +49,7 @@ impl<S> One<S> {
     }
 }
 
-impl<S: AlgorithmState + Send> Rules for One<S> {
+impl<S: AlgorithmState + Clone + Send + Sync> Rules for One<S> {
     type State = S;
 
     #[inline]

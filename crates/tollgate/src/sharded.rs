@@ -7,10 +7,10 @@
 
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
+use crate::shard_lock::{ShardLock, WriteGuard};
 use hashbrown::HashTable;
-use parking_lot::{Mutex, MutexGuard};
 
 use crate::huge::HugePages;
 
@@ -25,7 +25,14 @@ pub(crate) struct ShardedMap<K, V> {
 #[repr(align(128))]
 struct Locked<K, V> {
     hint: SlotHint,
-    shard: Mutex<Shard<K, V>>,
+    /// Whether denials are decided under the shared lock ([`Probe::shared`]):
+    /// set when a denial was decided after waiting for the exclusive lock
+    /// (threads queueing for a key they are refused), cleared by the next
+    /// admitted charge or a shared read that finds nobody else in the
+    /// lock. Uncontended, the exclusive path is the faster one.
+    /// Written only when it changes.
+    shared_reads: AtomicBool,
+    shard: ShardLock<Shard<K, V>>,
 }
 
 /// Where a shard's table keeps a key's control bytes and slot, so both can
@@ -95,11 +102,69 @@ pub(crate) struct Shard<K, V> {
     cursor: usize,
 }
 
+/// A key's hash and shard, before any lock is taken.
+pub(crate) struct Probe<'a, K, V> {
+    hash: u64,
+    locked: &'a Locked<K, V>,
+}
+
+impl<'a, K, V> Probe<'a, K, V> {
+    /// Whether denials in this shard are decided under the shared lock.
+    #[inline(always)]
+    pub(crate) fn shared_reads(&self) -> bool {
+        self.locked.shared_reads.load(Ordering::Relaxed)
+    }
+
+    /// Sets whether denials in this shard are decided under the shared lock.
+    #[inline(always)]
+    pub(crate) fn set_shared_reads(&self, shared: bool) {
+        if self.shared_reads() != shared {
+            self.locked.shared_reads.store(shared, Ordering::Relaxed);
+        }
+    }
+
+    /// `read` applied to the value stored for `key`, under the shard's
+    /// shared lock: readers never wait for one another, so a key many
+    /// threads only read (a hot key being denied) is not a queue on one
+    /// lock. `None` if the key is not stored. Finding the lock free of
+    /// anyone else, it turns shared reads off: uncontended, the exclusive
+    /// path is the faster one.
+    #[inline(always)]
+    pub(crate) fn shared<Q, T>(&self, key: &Q, read: impl FnOnce(&V) -> T) -> Option<T>
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
+        let (shard, alone) = self.locked.shard.read();
+        if alone {
+            self.set_shared_reads(false);
+        }
+        shard
+            .table
+            .find(self.hash, |(k, _)| k.borrow() == key)
+            .map(|(_, v)| read(v))
+    }
+
+    /// Locks the shard for writing.
+    #[inline(always)]
+    pub(crate) fn lock(&self) -> Located<'a, K, V> {
+        let (shard, waited) = self.locked.shard.write();
+        Located {
+            hash: self.hash,
+            hint: &self.locked.hint,
+            shard,
+            waited,
+        }
+    }
+}
+
 /// What a lookup found: the key's hash and its shard, locked.
 pub(crate) struct Located<'a, K, V> {
     pub(crate) hash: u64,
     hint: &'a SlotHint,
-    pub(crate) shard: MutexGuard<'a, Shard<K, V>>,
+    pub(crate) shard: WriteGuard<'a, Shard<K, V>>,
+    /// Whether another thread held the shard when it was locked.
+    pub(crate) waited: bool,
 }
 
 impl<K, V> Located<'_, K, V> {
@@ -124,7 +189,8 @@ impl<K: Hash + Eq, V> ShardedMap<K, V> {
             shards: (0..sizing.shards.max(1))
                 .map(|_| Locked {
                     hint: SlotHint::default(),
-                    shard: Mutex::new(Shard {
+                    shared_reads: AtomicBool::new(false),
+                    shard: ShardLock::new(Shard {
                         table: HashTable::with_capacity_in(sizing.per_shard, HugePages),
                         cursor: 0,
                     }),
@@ -134,27 +200,31 @@ impl<K: Hash + Eq, V> ShardedMap<K, V> {
         }
     }
 
-    /// Hashes `key` and locks its shard.
+    /// Hashes `key` and locks its shard for writing.
     #[inline]
     pub(crate) fn locate<Q>(&self, key: &Q) -> Located<'_, K, V>
     where
         K: Borrow<Q>,
         Q: Hash + ?Sized,
     {
+        self.probe(key).lock()
+    }
+
+    /// Hashes `key` and finds its shard, without locking it.
+    #[inline]
+    pub(crate) fn probe<Q>(&self, key: &Q) -> Probe<'_, K, V>
+    where
+        K: Borrow<Q>,
+        Q: Hash + ?Sized,
+    {
         let hash = self.hasher.hash_one(key);
-        // The table uses the low bits for the bucket and the top 7 as tags;
-        // bits 32 and up pick the shard without correlating with either.
         // The table takes its bucket from the low bits and its tags from
         // the top 7; bits 32 to 55 pick the shard (any count of them, by
         // multiplying and shifting) without correlating with either.
         let bits = ((hash >> 32) & 0xFF_FFFF) as usize;
         let locked = &self.shards[(bits * self.shards.len()) >> 24];
         locked.hint.prefetch::<(K, V)>(hash);
-        Located {
-            hash,
-            hint: &locked.hint,
-            shard: locked.shard.lock(),
-        }
+        Probe { hash, locked }
     }
 
     /// Inserts a key known to be absent.
@@ -172,14 +242,23 @@ impl<K: Hash + Eq, V> ShardedMap<K, V> {
         }
     }
 
+    /// Decides denials under the shared lock in every shard from now on,
+    /// as contention would: lets tests check that path on one thread.
+    #[cfg(test)]
+    pub(crate) fn share_reads(&self) {
+        for locked in self.shards.iter() {
+            locked.shared_reads.store(true, Ordering::Relaxed);
+        }
+    }
+
     /// Number of shards.
     pub(crate) fn shard_count(&self) -> usize {
         self.shards.len()
     }
 
     /// Locks shard `index` (modulo the shard count).
-    pub(crate) fn lock_shard(&self, index: usize) -> MutexGuard<'_, Shard<K, V>> {
-        self.shards[index % self.shards.len()].shard.lock()
+    pub(crate) fn lock_shard(&self, index: usize) -> WriteGuard<'_, Shard<K, V>> {
+        self.shards[index % self.shards.len()].shard.write().0
     }
 }
 

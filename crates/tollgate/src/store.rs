@@ -15,7 +15,7 @@ use crate::{Backend, BackendError, Policy};
 /// let policy = Limit::new(Algorithm::Gcra, Quota::per_second(10).unwrap());
 /// let store = Store::new(policy, MemoryBackend::new())?;
 /// // let store = Store::new(policy, RedisBackend::connect("redis://127.0.0.1:6379").await?)?;
-/// let decision = store.check("user-1", 1).await?;
+/// let decision = store.check("user-1").await?;
 /// assert!(decision.allowed);
 /// # Ok(()) }
 /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(demo()).unwrap();
@@ -34,15 +34,21 @@ impl<B: Backend> Store<B> {
         Ok(Store { policy, backend })
     }
 
+    /// Decides a request for `key` (cost 1) and charges it if admitted,
+    /// with the store's clock.
+    pub async fn check(&self, key: &str) -> Result<Decision, BackendError> {
+        self.check_cost(key, 1).await
+    }
+
     /// Decides `cost` for `key` and charges it if admitted (all limits or
     /// none), with the store's clock. Cost 0 is a peek.
-    pub async fn check(&self, key: &str, cost: u64) -> Result<Decision, BackendError> {
+    pub async fn check_cost(&self, key: &str, cost: u64) -> Result<Decision, BackendError> {
         self.backend.check(key, &self.policy, cost).await
     }
 
     /// The key's current numbers, changing nothing.
     pub async fn peek(&self, key: &str) -> Result<Decision, BackendError> {
-        self.check(key, 0).await
+        self.check_cost(key, 0).await
     }
 
     /// Forgets `key`.

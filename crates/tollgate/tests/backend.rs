@@ -19,8 +19,8 @@ async fn store_over_memory_decides_like_the_limiter() {
     let limiter: Limiter<String, FakeClock> = Limiter::builder(policy).clock(clock).build();
     for cost in [1, 0, 2, 1, 1, 4, 0] {
         assert_eq!(
-            store.check("user", cost).await.unwrap(),
-            limiter.check("user", cost)
+            store.check_cost("user", cost).await.unwrap(),
+            limiter.check_cost("user", cost)
         );
     }
     store.reset("user").await.unwrap();
@@ -41,9 +41,9 @@ async fn policies_do_not_share_keys() {
         &backend,
     )
     .unwrap();
-    assert!(one.check("k", 1).await.unwrap().allowed);
-    assert!(!one.check("k", 1).await.unwrap().allowed);
-    assert!(two.check("k", 1).await.unwrap().allowed);
+    assert!(one.check("k").await.unwrap().allowed);
+    assert!(!one.check("k").await.unwrap().allowed);
+    assert!(two.check("k").await.unwrap().allowed);
 }
 
 #[tokio::test]
@@ -54,7 +54,7 @@ async fn an_empty_key_is_refused() {
     )
     .unwrap();
     assert!(matches!(
-        store.check("", 1).await,
+        store.check("").await,
         Err(BackendError::InvalidKey(_))
     ));
 }

@@ -34,7 +34,7 @@ proptest! {
             .build();
         for &(at, key, cost) in &charges {
             clock.set(at);
-            limiter.check(&key, cost);
+            limiter.check_cost(&key, cost);
         }
         clock.advance(Duration::from_nanos(later));
         let keys: std::collections::BTreeSet<u16> = charges.iter().map(|c| c.1).collect();
@@ -59,9 +59,9 @@ fn sweep_keeps_keys_idle_for_less_than_the_grace() {
         .clock(clock.clone())
         .idle_grace(Duration::from_secs(5))
         .build();
-    limiter.check("a", 1);
+    limiter.check("a");
     clock.advance(Duration::from_secs(3));
-    limiter.check("b", 1);
+    limiter.check("b");
     // "a" is idle from 0.1 s on, "b" from 3.1 s on.
     clock.advance(Duration::from_secs(3));
     assert_eq!(limiter.sweep(), 1, "a: idle for 5.9 s; b: 2.9 s");
@@ -81,7 +81,10 @@ fn sweep_keeps_keys_idle_for_less_than_the_grace() {
 fn peeks_and_denials_of_new_keys_store_nothing() {
     let limiter: Limiter<String> = Limiter::new(limit(Algorithm::SlidingLog));
     limiter.peek("ghost");
-    assert_eq!(limiter.check("giant", 11).retry_after, RetryAfter::Never);
+    assert_eq!(
+        limiter.check_cost("giant", 11).retry_after,
+        RetryAfter::Never
+    );
     assert!(limiter.is_empty());
 }
 
@@ -99,7 +102,7 @@ fn flood(limiter: &Limiter<u64, FakeClock>, keys_per_thread: u64) -> u64 {
                     x ^= x << 13;
                     x ^= x >> 7;
                     x ^= x << 17;
-                    if limiter.try_check(&x, 1) == Err(LimiterFull { max_keys: 1_000 }) {
+                    if limiter.try_check(&x) == Err(LimiterFull { max_keys: 1_000 }) {
                         refused.fetch_add(1, Ordering::Relaxed);
                     }
                     assert!(limiter.len() <= 1_000);
@@ -115,17 +118,15 @@ fn max_keys_holds_under_a_flood_of_new_keys() {
     let clock = FakeClock::new();
     let limiter = Limiter::builder(limit(Algorithm::TokenBucket))
         .clock(clock.clone())
-        .max_keys(1_000, OnFull::Reject)
+        .max_keys(1_000)
+        .on_full(OnFull::Reject)
         .build();
     // No key is ever idle on a frozen clock: past 1,000 keys, every new one
     // is refused, and known keys are still limited.
     let refused = flood(&limiter, 10_000);
     assert_eq!(limiter.len(), 1_000);
     assert_eq!(refused, 20_000 - 1_000);
-    assert!(
-        !limiter.check(&12345u64, 1).allowed,
-        "refused, with a denial"
-    );
+    assert!(!limiter.check(&12345u64).allowed, "refused, with a denial");
     // Once keys are idle, new keys evict them.
     clock.advance(Duration::from_secs(1));
     let refused = flood(&limiter, 10_000);
@@ -138,14 +139,46 @@ fn admit_untracked_decides_new_keys_as_fresh_without_storing_them() {
     let clock = FakeClock::new();
     let limiter = Limiter::builder(limit(Algorithm::FixedWindow))
         .clock(clock)
-        .max_keys(1, OnFull::AdmitUntracked)
+        .max_keys(1)
+        .on_full(OnFull::AdmitUntracked)
         .build();
-    assert!(limiter.check("known", 10).allowed);
-    assert!(!limiter.check("known", 1).allowed);
+    assert!(limiter.check_cost("known", 10).allowed);
+    assert!(!limiter.check("known").allowed);
     for _ in 0..3 {
-        let d = limiter.check("stranger", 10);
+        let d = limiter.check_cost("stranger", 10);
         assert!(d.allowed);
         assert_eq!(d.remaining, 0);
     }
     assert_eq!(limiter.len(), 1);
+}
+
+/// The default under a flood: the keys left out share one budget, so a
+/// brand-new user during an attack is limited (here, by the attack's own
+/// spending), never let through unlimited.
+#[test]
+fn by_default_keys_left_out_share_one_budget() {
+    let clock = FakeClock::new();
+    let quota = Quota::per_minute(100).unwrap();
+    let limiter = Limiter::builder(Limit::new(Algorithm::Gcra, quota))
+        .clock(clock.clone())
+        .max_keys(1_000)
+        .build();
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    let mut admitted = 0;
+    for _ in 0..20_000 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        admitted += u32::from(limiter.check(&x).allowed);
+    }
+    // 1,000 keys tracked, each admitted once; the other 19,000 share 100.
+    assert_eq!(limiter.len(), 1_000);
+    assert_eq!(admitted, 1_000 + 100);
+    let newcomer = (0..200).filter(|_| limiter.check(&7u64).allowed).count();
+    assert_eq!(newcomer, 0, "the flood spent the shared budget");
+    // Once the flood's keys are idle, a newcomer evicts one and has its own
+    // budget again.
+    clock.advance(Duration::from_secs(60));
+    let newcomer = (0..200).filter(|_| limiter.check(&7u64).allowed).count();
+    assert_eq!(newcomer, 100);
 }

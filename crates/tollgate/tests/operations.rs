@@ -84,7 +84,7 @@ proptest! {
             let want = core(&mut states, limits, now, op);
             // The limiter and the store each act on their own copy of the key.
             let by_limiter = match op {
-                Op::Check(c) => Ok((c, limiter.check("k", c))),
+                Op::Check(c) => Ok((c, limiter.check_cost("k", c))),
                 Op::Refund(c) => Ok((c, limiter.refund("k", c))),
                 Op::Force(c) => Ok((c, limiter.force("k", c))),
                 Op::Lease(max) => limiter.lease("k", max).map(|l| (l.granted, l.decision)),
@@ -92,7 +92,7 @@ proptest! {
             prop_assert_eq!(&by_limiter, &want, "limiter, {:?} at {}", op, now);
             let by_store = rt.block_on(async {
                 match op {
-                    Op::Check(c) => store.check("k", c).await.map(|d| (c, d)),
+                    Op::Check(c) => store.check_cost("k", c).await.map(|d| (c, d)),
                     Op::Refund(c) => store.refund("k", c).await.map(|d| (c, d)),
                     Op::Force(c) => store.force("k", c).await.map(|d| (c, d)),
                     Op::Lease(max) => store.lease("k", max).await.map(|l| (l.granted, l.decision)),
@@ -121,19 +121,19 @@ fn forced_debt_blocks_until_repaid_on_the_clock() {
     assert!(after.allowed);
     assert_eq!(after.remaining, 0);
     // 20 units beyond the burst of 10, then one more: 2.1 s.
-    let denied = limiter.check("llm", 1);
+    let denied = limiter.check("llm");
     assert_eq!(denied.retry_after, RetryAfter::After(2_100_000_000));
     clock.advance(Duration::from_nanos(2_099_999_999));
-    assert!(!limiter.check("llm", 1).allowed);
+    assert!(!limiter.check("llm").allowed);
     clock.advance(Duration::from_nanos(1));
-    assert!(limiter.check("llm", 1).allowed);
+    assert!(limiter.check("llm").allowed);
 }
 
 #[test]
 fn a_lease_takes_what_is_left_and_a_refund_gives_back_the_unused() {
     let clock = FakeClock::new();
     let limiter = Limiter::builder(gcra(10)).clock(clock.clone()).build();
-    assert!(limiter.check("k", 4).allowed);
+    assert!(limiter.check_cost("k", 4).allowed);
     let lease = limiter.lease("k", 100).unwrap();
     assert_eq!(lease.granted, 6);
     assert_eq!(lease.decision.remaining, 0);
@@ -172,7 +172,7 @@ fn a_reservation_holds_leases_back() {
     )
     .clock(clock.clone())
     .build();
-    assert!(limiter.check("k", 1).allowed);
+    assert!(limiter.check("k").allowed);
     let reserved = limiter.reserve("k", 1, Duration::from_secs(1)).unwrap();
     assert_eq!(reserved.wait(), Duration::from_millis(100));
     let lease = limiter.lease("k", 5).unwrap();
@@ -184,7 +184,8 @@ fn a_reservation_holds_leases_back() {
 #[test]
 fn a_full_limiter_under_reject_charges_no_new_key() {
     let limiter = Limiter::builder(gcra(10))
-        .max_keys(1, OnFull::Reject)
+        .max_keys(1)
+        .on_full(OnFull::Reject)
         .clock(FakeClock::new())
         .build();
     assert!(limiter.force("a", 1).allowed);

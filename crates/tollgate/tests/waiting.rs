@@ -42,7 +42,7 @@ async fn drive<T>(
 #[tokio::test]
 async fn until_ready_waits_exactly_the_retry_after() {
     let (limiter, clock) = limiter(Algorithm::Gcra);
-    assert!(limiter.check("k", 2).allowed);
+    assert!(limiter.check_cost("k", 2).allowed);
     let start = clock.now();
     let d = drive(
         &clock,
@@ -58,7 +58,7 @@ async fn until_ready_waits_exactly_the_retry_after() {
 #[tokio::test]
 async fn until_ready_fails_fast_past_the_deadline_and_charges_nothing() {
     let (limiter, clock) = limiter(Algorithm::TokenBucket);
-    assert!(limiter.check("k", 2).allowed);
+    assert!(limiter.check_cost("k", 2).allowed);
     let before = limiter.peek("k");
     let err = limiter
         .until_ready("k", 2, Duration::from_millis(199))
@@ -90,14 +90,14 @@ async fn until_ready_refuses_a_cost_that_can_never_fit() {
 #[tokio::test]
 async fn until_ready_keeps_waiting_when_another_caller_takes_the_slot() {
     let (limiter, clock) = limiter(Algorithm::Gcra);
-    assert!(limiter.check("k", 2).allowed);
+    assert!(limiter.check_cost("k", 2).allowed);
     let waiter = limiter.until_ready("k", 1, Duration::from_millis(250));
     let thief = async {
         while clock.sleepers() == 0 {
             tokio::task::yield_now().await;
         }
         clock.advance(Duration::from_millis(100));
-        assert!(limiter.check("k", 1).allowed, "the thief takes the slot");
+        assert!(limiter.check("k").allowed, "the thief takes the slot");
         while clock.sleepers() == 0 {
             tokio::task::yield_now().await;
         }
@@ -117,9 +117,9 @@ fn reserve_charges_the_earliest_slot_and_holds_the_key_until_then() {
     ] {
         let (limiter, clock) = limiter(algorithm);
         let exhaust = if algorithm.uses_burst() { 2 } else { 10 };
-        assert!(limiter.check("k", exhaust).allowed);
+        assert!(limiter.check_cost("k", exhaust).allowed);
         let wait = match limiter.peek("k").retry_after {
-            RetryAfter::Now => limiter.check("k", 1).retry_after.as_nanos().unwrap(),
+            RetryAfter::Now => limiter.check("k").retry_after.as_nanos().unwrap(),
             other => other.as_nanos().unwrap(),
         };
         let r = limiter.reserve("k", 1, Duration::MAX).unwrap();
@@ -127,7 +127,7 @@ fn reserve_charges_the_earliest_slot_and_holds_the_key_until_then() {
         assert!(r.decision().allowed);
         assert_eq!(r.wait(), Duration::from_nanos(wait));
         // Nothing may go before the reservation.
-        let held = limiter.check("k", 1);
+        let held = limiter.check("k");
         assert!(!held.allowed, "{algorithm}");
         let RetryAfter::After(retry) = held.retry_after else {
             panic!("{held:?}")
@@ -135,12 +135,12 @@ fn reserve_charges_the_earliest_slot_and_holds_the_key_until_then() {
         assert!(retry >= wait, "{algorithm}: {retry} vs {wait}");
         clock.advance(Duration::from_nanos(retry - 1));
         assert!(
-            !limiter.check("k", 1).allowed,
+            !limiter.check("k").allowed,
             "{algorithm}: retry_after is exact"
         );
         clock.advance(Duration::from_nanos(1));
         assert!(
-            limiter.check("k", 1).allowed,
+            limiter.check("k").allowed,
             "{algorithm}: retry_after is exact"
         );
     }
@@ -159,7 +159,7 @@ fn reserve_on_the_leaky_queue_is_its_delay() {
 #[test]
 fn reserve_refuses_past_max_wait_without_charging() {
     let (limiter, _) = limiter(Algorithm::Gcra);
-    assert!(limiter.check("k", 2).allowed);
+    assert!(limiter.check_cost("k", 2).allowed);
     let before = limiter.peek("k");
     let err = limiter
         .reserve("k", 1, Duration::from_millis(99))
@@ -176,12 +176,12 @@ fn reserve_refuses_past_max_wait_without_charging() {
 #[test]
 fn a_cancelled_reservation_gives_its_cost_back() {
     let (limiter, clock) = limiter(Algorithm::Gcra);
-    assert!(limiter.check("k", 1).allowed);
+    assert!(limiter.check("k").allowed);
     let r = limiter.reserve("k", 1, Duration::MAX).unwrap();
     assert_eq!(r.wait(), Duration::ZERO, "one left in the burst");
-    assert!(!limiter.check("k", 1).allowed);
+    assert!(!limiter.check("k").allowed);
     r.cancel();
-    assert!(limiter.check("k", 1).allowed);
+    assert!(limiter.check("k").allowed);
     // A reservation ahead in time, cancelled: its room is usable from its
     // time on.
     let ahead = limiter.reserve("k", 1, Duration::MAX).unwrap();
@@ -194,7 +194,7 @@ fn a_cancelled_reservation_gives_its_cost_back() {
 #[tokio::test]
 async fn a_reservation_sleeps_until_ready() {
     let (limiter, clock) = limiter(Algorithm::Gcra);
-    assert!(limiter.check("k", 2).allowed);
+    assert!(limiter.check_cost("k", 2).allowed);
     let r = limiter.reserve("k", 1, Duration::MAX).unwrap();
     drive(&clock, Duration::from_millis(25), r.ready()).await;
     assert_eq!(clock.now(), r.ready_at());

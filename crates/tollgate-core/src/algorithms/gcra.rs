@@ -19,13 +19,13 @@ pub struct Gcra {
 impl Gcra {
     /// The time a request at `now` is judged at, and the debt then.
     #[inline(always)]
-    fn debt(&self, quota: &Quota, now: u64) -> (u64, u128) {
+    pub(crate) fn debt(&self, quota: &Quota, now: u64) -> (u64, u128) {
         let now = now.max(self.last);
         (now, self.tat.get().saturating_sub(quota.ticks(now)))
     }
 
     #[inline(always)]
-    fn owing(quota: &Quota, now: u64, debt: u128) -> Self {
+    pub(crate) fn owing(quota: &Quota, now: u64, debt: u128) -> Self {
         Gcra {
             tat: Ticks::new(quota.ticks(now) + debt),
             last: now,

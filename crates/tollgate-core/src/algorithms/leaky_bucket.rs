@@ -16,14 +16,14 @@ pub struct LeakyBucket {
 impl LeakyBucket {
     /// The time a request at `now` is judged at, and the level then.
     #[inline(always)]
-    fn debt(&self, quota: &Quota, now: u64) -> (u64, u128) {
+    pub(crate) fn debt(&self, quota: &Quota, now: u64) -> (u64, u128) {
         let now = now.max(self.last);
         let leaked = quota.ticks(now - self.last);
         (now, self.level.get().saturating_sub(leaked))
     }
 
     #[inline(always)]
-    fn owing(now: u64, level: u128) -> Self {
+    pub(crate) fn owing(now: u64, level: u128) -> Self {
         LeakyBucket {
             level: Ticks::new(level),
             last: now,

@@ -17,14 +17,14 @@ impl LeakyQueue {
     /// The time a request at `now` is judged at, in ns and in ticks, and the
     /// wait for the drain then (a debt like a bucket's: see `bucket`).
     #[inline(always)]
-    fn wait(&self, quota: &Quota, now: u64) -> (u64, u128, u128) {
+    pub(crate) fn wait(&self, quota: &Quota, now: u64) -> (u64, u128, u128) {
         let now = now.max(self.last);
         let at = quota.ticks(now);
         (now, at, self.next_free.get().saturating_sub(at))
     }
 
     #[inline(always)]
-    fn queued(now: u64, at: u128, wait: u128) -> Self {
+    pub(crate) fn queued(now: u64, at: u128, wait: u128) -> Self {
         LeakyQueue {
             next_free: Ticks::new(at + wait),
             last: now,

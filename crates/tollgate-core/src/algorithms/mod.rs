@@ -6,7 +6,7 @@
 //! peeks (cost 0) change nothing, which is what makes [`AlgorithmState::preview`]
 //! and [`AlgorithmState::decide`] agree and multi-rule decisions atomic.
 
-mod bucket;
+pub(crate) mod bucket;
 pub mod fixed_window;
 pub mod gcra;
 pub mod leaky_bucket;
@@ -102,12 +102,14 @@ impl<S: Step> AlgorithmState for S {
         S::fresh(quota)
     }
 
-    #[inline]
+    // Always inlined: a store's lookup then keeps the decision in
+    // registers (returned through memory, it measured a third slower).
+    #[inline(always)]
     fn preview(&self, quota: &Quota, now: u64, cost: u64) -> Decision {
         self.step(quota, now, cost).0
     }
 
-    #[inline]
+    #[inline(always)]
     fn decide(&mut self, quota: &Quota, now: u64, cost: u64) -> Decision {
         let (decision, next) = self.step(quota, now, cost);
         if decision.allowed && cost > 0 {

@@ -20,7 +20,7 @@ impl TokenBucket {
     /// The time a request at `now` is judged at, and the tokens missing
     /// from a full bucket then (the debt).
     #[inline(always)]
-    fn debt(&self, quota: &Quota, now: u64) -> (u64, u128) {
+    pub(crate) fn debt(&self, quota: &Quota, now: u64) -> (u64, u128) {
         let now = now.max(self.last);
         let capacity = quota.burst_ticks() as i128;
         let refill = quota.ticks(now - self.last) as i128;
@@ -30,7 +30,7 @@ impl TokenBucket {
     }
 
     #[inline(always)]
-    fn owing(quota: &Quota, now: u64, debt: u128) -> Self {
+    pub(crate) fn owing(quota: &Quota, now: u64, debt: u128) -> Self {
         TokenBucket {
             tokens: Ticks::new((quota.burst_ticks() as i128 - debt as i128) as u128),
             last: now,

@@ -51,7 +51,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use http::{HeaderMap, HeaderValue, Method, StatusCode};
-use tollgate::{Clock, MonotonicClock, Policy, QuotaError};
+use tollgate::{AsyncClock, MonotonicClock, Policy, QuotaError};
 
 use crate::learn::{learn, DEFAULT_MAX_PAUSE};
 
@@ -110,7 +110,7 @@ type ReportFn = Arc<dyn Fn(&HeaderMap) -> Option<u64> + Send + Sync>;
 
 /// Shaping, learning and retries for outgoing requests, shared by the
 /// adapters (see the [module docs](self)).
-pub struct Outbound<C: Clock = MonotonicClock> {
+pub struct Outbound<C: AsyncClock = MonotonicClock> {
     shaper: Shaper<C>,
     retry: Retry,
     budget: RetryBudget<C>,
@@ -131,7 +131,7 @@ impl Outbound<MonotonicClock> {
     }
 }
 
-impl<C: Clock + Clone> Outbound<C> {
+impl<C: AsyncClock + Clone> Outbound<C> {
     /// As [`Outbound::new`], on `clock`.
     pub fn with_clock(policy: impl Into<Policy>, clock: C) -> Result<Self, QuotaError> {
         Ok(Outbound {

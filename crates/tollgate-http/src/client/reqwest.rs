@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use http::{Extensions, HeaderMap, StatusCode};
 use reqwest_middleware::{Error, Middleware, Next, Result};
-use tollgate::{Clock, MonotonicClock};
+use tollgate::{AsyncClock, MonotonicClock};
 
 use super::{Answer, ClientError, Outbound, Outgoing};
 
@@ -14,11 +14,11 @@ use super::{Answer, ClientError, Outbound, Outgoing};
 /// sent once, never retried. Connection errors are reqwest's
 /// `is_connect()`. A request that is not sent fails with
 /// [`Error::Middleware`] holding the [`ShapeError`](super::ShapeError).
-pub struct OutboundMiddleware<C: Clock = MonotonicClock> {
+pub struct OutboundMiddleware<C: AsyncClock = MonotonicClock> {
     outbound: Arc<Outbound<C>>,
 }
 
-impl<C: Clock> OutboundMiddleware<C> {
+impl<C: AsyncClock> OutboundMiddleware<C> {
     /// A middleware over `outbound`.
     pub fn new(outbound: Outbound<C>) -> Self {
         OutboundMiddleware {
@@ -37,7 +37,7 @@ impl Answer for reqwest::Response {
 }
 
 #[async_trait::async_trait]
-impl<C: Clock + Clone + 'static> Middleware for OutboundMiddleware<C> {
+impl<C: AsyncClock + Clone + 'static> Middleware for OutboundMiddleware<C> {
     async fn handle(
         &self,
         mut request: reqwest::Request,

@@ -127,7 +127,7 @@ impl<C: Clock> RetryBudget<C> {
 
     /// Takes one retry from the budget; `false` if it is spent.
     pub fn withdraw(&self) -> bool {
-        self.bucket.check(&(), RETRY_UNITS).allowed
+        self.bucket.check_cost(&(), RETRY_UNITS).allowed
     }
 }
 

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use tollgate::{Clock, Limiter, MonotonicClock, Policy, WaitError};
+use tollgate::{AsyncClock, Limiter, MonotonicClock, Policy, WaitError};
 
 use crate::learn::Learned;
 
@@ -36,7 +36,7 @@ pub enum ShapeError {
 ///
 /// Waiting sleeps on the clock (tokio's timer by default): no polling, no
 /// blocked thread.
-pub struct Shaper<C: Clock = MonotonicClock> {
+pub struct Shaper<C: AsyncClock = MonotonicClock> {
     limiter: Limiter<String, C>,
     /// Per key: the time (ns on the clock) before which nothing is sent.
     pauses: Mutex<HashMap<String, u64>>,
@@ -49,7 +49,7 @@ impl Shaper<MonotonicClock> {
     }
 }
 
-impl<C: Clock> Shaper<C> {
+impl<C: AsyncClock> Shaper<C> {
     /// A shaper on `clock` (a [`FakeClock`](tollgate::FakeClock) in tests).
     pub fn with_clock(policy: impl Into<Policy>, clock: C) -> Self {
         Shaper {
@@ -160,7 +160,7 @@ pub(crate) fn nanos(duration: Duration) -> u64 {
 pub(super) mod tests {
     use super::*;
     use std::sync::Arc;
-    use tollgate::{Algorithm, FakeClock, Limit, Quota};
+    use tollgate::{Algorithm, Clock, FakeClock, Limit, Quota};
 
     fn shaper(clock: &FakeClock) -> Arc<Shaper<FakeClock>> {
         let quota = Quota::per_second(10).unwrap().with_burst(2).unwrap();

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use http::{Request, Response};
-use tollgate::{Clock, MonotonicClock};
+use tollgate::{AsyncClock, MonotonicClock};
 use tower_layer::Layer;
 use tower_service::Service;
 
@@ -19,11 +19,11 @@ use super::{ClientError, Outbound, Outgoing};
 /// of the inner service counts as a connection error for
 /// [`Retry::connection_errors`](super::Retry::connection_errors):
 /// hyper-util's client fails only on the transport.
-pub struct OutboundLayer<C: Clock = MonotonicClock> {
+pub struct OutboundLayer<C: AsyncClock = MonotonicClock> {
     outbound: Arc<Outbound<C>>,
 }
 
-impl<C: Clock> Clone for OutboundLayer<C> {
+impl<C: AsyncClock> Clone for OutboundLayer<C> {
     fn clone(&self) -> Self {
         OutboundLayer {
             outbound: self.outbound.clone(),
@@ -31,7 +31,7 @@ impl<C: Clock> Clone for OutboundLayer<C> {
     }
 }
 
-impl<C: Clock> OutboundLayer<C> {
+impl<C: AsyncClock> OutboundLayer<C> {
     /// A layer over `outbound`; every service it wraps shares its budgets.
     pub fn new(outbound: Outbound<C>) -> Self {
         OutboundLayer {
@@ -45,7 +45,7 @@ impl<C: Clock> OutboundLayer<C> {
     }
 }
 
-impl<S, C: Clock> Layer<S> for OutboundLayer<C> {
+impl<S, C: AsyncClock> Layer<S> for OutboundLayer<C> {
     type Service = OutboundService<S, C>;
 
     fn layer(&self, inner: S) -> Self::Service {
@@ -57,12 +57,12 @@ impl<S, C: Clock> Layer<S> for OutboundLayer<C> {
 }
 
 /// The service of [`OutboundLayer`].
-pub struct OutboundService<S, C: Clock = MonotonicClock> {
+pub struct OutboundService<S, C: AsyncClock = MonotonicClock> {
     inner: S,
     outbound: Arc<Outbound<C>>,
 }
 
-impl<S: Clone, C: Clock> Clone for OutboundService<S, C> {
+impl<S: Clone, C: AsyncClock> Clone for OutboundService<S, C> {
     fn clone(&self) -> Self {
         OutboundService {
             inner: self.inner.clone(),
@@ -78,7 +78,7 @@ where
     S::Error: Send,
     B: Clone + Send + Sync + 'static,
     RB: Send + 'static,
-    C: Clock + Clone + 'static,
+    C: AsyncClock + Clone + 'static,
 {
     type Response = Response<RB>;
     type Error = ClientError<S::Error>;

@@ -1,0 +1,317 @@
+//! tollgate's keyed `Limiter` against governor's keyed limiter, measured as a
+//! new user would meet them: outside the project's own benchmarks, each
+//! built the way its README shows (no tuning, no capacity hint), in one
+//! process.
+//!
+//! - Shapes: 1, 1,000 and 1,000,000 `u64` keys; 1 and 2 threads; "allowed"
+//!   (a quota no check can exhaust) and "denied" (1 per hour, every key
+//!   charged once beforehand, so every measured check is refused). One key
+//!   with 2 threads is the hot-key case.
+//! - Keys are visited in a random order (a fresh permutation per thread),
+//!   so neither the hardware prefetcher nor the tables' layout helps.
+//! - The figure is CPU time per check (each thread's CPU clock, summed over
+//!   threads, divided by the checks): on a shared machine wall time mostly
+//!   measures how often the process was scheduled out.
+//! - Each figure is the median of 3 measurements, taken alternately for the
+//!   two limiters (which one goes first alternates too).
+//! - Memory: heap bytes per key at 1,000,000 keys, each charged once so
+//!   none is idle, from a counting global allocator (bytes requested;
+//!   malloc's own overhead is not counted): default construction for both,
+//!   and tollgate presized with `LimiterBuilder::capacity`, for every
+//!   algorithm and a policy of two limits.
+//!
+//! Run: `cargo run --release -p governor-vs-tollgate` (about a minute);
+//! `-- --checks N` sets the checks per thread per measurement (default
+//! 10,000,000, and 3,000,000 at 1M keys), `-- --keys N` runs one key count
+//! only, `-- --memory` the memory table only.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::hint::black_box;
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Barrier;
+use std::time::{Duration, Instant};
+
+use governor::{DefaultKeyedRateLimiter, Quota as GovQuota, RateLimiter};
+use tollgate::{Algorithm, Limit, Limiter, Policy, Quota};
+
+/// The system allocator, counting the bytes currently allocated.
+struct Counting;
+
+static ALLOCATED: AtomicUsize = AtomicUsize::new(0);
+
+// SAFETY: every call is forwarded unchanged to the system allocator.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATED.fetch_add(layout.size(), Ordering::Relaxed);
+        // SAFETY: forwarded unchanged.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        ALLOCATED.fetch_sub(layout.size(), Ordering::Relaxed);
+        // SAFETY: forwarded unchanged.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATED.fetch_add(new_size, Ordering::Relaxed);
+        ALLOCATED.fetch_sub(layout.size(), Ordering::Relaxed);
+        // SAFETY: forwarded unchanged.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// Whether the quota admits every check or refuses every one.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    Allowed,
+    Denied,
+}
+
+impl Outcome {
+    fn name(self) -> &'static str {
+        match self {
+            Outcome::Allowed => "allowed",
+            Outcome::Denied => "denied",
+        }
+    }
+
+    /// Requests per second and burst: 10^9 a second (one a nanosecond)
+    /// with a burst of as many, far beyond what a run can spend; 1 an hour,
+    /// so every check after a key's first is refused.
+    fn quota(self) -> (u32, Duration) {
+        match self {
+            Outcome::Allowed => (1_000_000_000, Duration::from_secs(1)),
+            Outcome::Denied => (1, Duration::from_secs(3600)),
+        }
+    }
+}
+
+fn tollgate(outcome: Outcome) -> Limiter<u64> {
+    let (limit, period) = outcome.quota();
+    let quota = Quota::new(u64::from(limit), period.as_nanos() as u64).expect("valid quota");
+    Limiter::new(Limit::new(Algorithm::Gcra, quota))
+}
+
+fn governor(outcome: Outcome) -> DefaultKeyedRateLimiter<u64> {
+    let (limit, period) = outcome.quota();
+    let limit = NonZeroU32::new(limit).expect("non-zero");
+    let quota = GovQuota::with_period(period / limit.get())
+        .expect("non-zero period")
+        .allow_burst(limit);
+    RateLimiter::keyed(quota)
+}
+
+/// splitmix64: a small, good generator for shuffling.
+fn next(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// The keys `0..keys` in a random order (Fisher-Yates).
+fn shuffled(keys: u64, seed: u64) -> Vec<u64> {
+    let mut order: Vec<u64> = (0..keys).collect();
+    let mut state = seed;
+    for i in (1..order.len()).rev() {
+        let j = (next(&mut state) % (i as u64 + 1)) as usize;
+        order.swap(i, j);
+    }
+    order
+}
+
+/// The calling thread's CPU time.
+fn thread_cpu_time() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID) failed");
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// One measurement: CPU nanoseconds per check over all threads, and how
+/// many threads ran at once on average (CPU time over wall time).
+#[derive(Clone, Copy, Default)]
+struct Sample {
+    ns: f64,
+    overlap: f64,
+}
+
+/// Runs `checks` checks on each of the threads (one per order, started
+/// together), each walking its own order round and round.
+fn measure(orders: &[Vec<u64>], checks: usize, check: &(impl Fn(u64) -> bool + Sync)) -> Sample {
+    let start = Barrier::new(orders.len());
+    let wall = Instant::now();
+    let cpu: Duration = std::thread::scope(|s| {
+        let workers: Vec<_> = orders
+            .iter()
+            .map(|order| {
+                let start = &start;
+                s.spawn(move || {
+                    start.wait();
+                    let before = thread_cpu_time();
+                    for &key in order.iter().cycle().take(checks) {
+                        black_box(check(black_box(key)));
+                    }
+                    thread_cpu_time() - before
+                })
+            })
+            .collect();
+        workers.into_iter().map(|w| w.join().expect("worker")).sum()
+    });
+    Sample {
+        ns: cpu.as_nanos() as f64 / (checks * orders.len()) as f64,
+        overlap: cpu.as_secs_f64() / wall.elapsed().as_secs_f64(),
+    }
+}
+
+/// The median figure of three samples, and the least overlap among them.
+fn median(mut v: [Sample; 3]) -> (f64, f64) {
+    let overlap = v.iter().map(|s| s.overlap).fold(f64::INFINITY, f64::min);
+    v.sort_by(|a, b| a.ns.total_cmp(&b.ns));
+    (v[1].ns, overlap)
+}
+
+/// Heap bytes per key held by what `build` returns.
+fn bytes_per_key<T>(keys: u64, build: impl FnOnce() -> T) -> f64 {
+    let before = ALLOCATED.load(Ordering::Relaxed);
+    let held = build();
+    let bytes = ALLOCATED.load(Ordering::Relaxed) - before;
+    drop(held);
+    bytes as f64 / keys as f64
+}
+
+/// A tollgate limiter for `policy` holding `keys` keys, each charged once
+/// (so none is idle), presized for `capacity` keys (0: grown on demand).
+fn filled(policy: Policy, keys: u64, capacity: usize) -> Limiter<u64> {
+    let limiter = Limiter::builder(policy).capacity(capacity).build();
+    for key in 0..keys {
+        assert!(limiter.check(&key).allowed);
+    }
+    limiter
+}
+
+fn memory() {
+    const KEYS: u64 = 1_000_000;
+    let quota = Quota::per_minute(100).expect("valid quota");
+    println!(
+        "\n| limiter | heap bytes per key at 1M keys, default | with `.capacity(1_000_000)` |"
+    );
+    println!("|---|---:|---:|");
+    let two = Policy::with_limits(vec![
+        Limit::new(Algorithm::Gcra, Quota::per_second(10).expect("valid quota")),
+        Limit::new(Algorithm::FixedWindow, quota),
+    ])
+    .expect("two limits");
+    let policies = Algorithm::ALL
+        .into_iter()
+        .map(|a| {
+            (
+                format!("tollgate `{a}`"),
+                Policy::from(Limit::new(a, quota)),
+            )
+        })
+        .chain([(
+            "tollgate `gcra` 10/s + `fixed_window` 100/min".to_string(),
+            two,
+        )]);
+    for (name, policy) in policies {
+        let grown = bytes_per_key(KEYS, || filled(policy.clone(), KEYS, 0));
+        let sized = bytes_per_key(KEYS, || filled(policy.clone(), KEYS, KEYS as usize));
+        println!("| {name} | {grown:.1} | {sized:.1} |");
+    }
+    let bytes = bytes_per_key(KEYS, || {
+        let per_minute = NonZeroU32::new(100).expect("non-zero");
+        let limiter = DefaultKeyedRateLimiter::<u64>::keyed(GovQuota::per_minute(per_minute));
+        for key in 0..KEYS {
+            assert!(limiter.check_key(&key).is_ok());
+        }
+        limiter
+    });
+    println!("| governor keyed (GCRA) | {bytes:.1} | |");
+}
+
+fn main() {
+    let mut checks = None;
+    let mut only_keys = None;
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        let mut value = || {
+            args.next()
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or_else(|| panic!("{arg} needs a number"))
+        };
+        match arg.as_str() {
+            "--checks" => checks = Some(value() as usize),
+            "--keys" => only_keys = Some(value()),
+            "--memory" => {
+                memory();
+                return;
+            }
+            other => {
+                panic!("unknown argument {other:?}; expected --checks N, --keys N or --memory")
+            }
+        }
+    }
+
+    println!("CPU ns per check, median of 3; ratio = governor / tollgate (higher is better for tollgate)\n");
+    println!("| keys | threads | shape | tollgate ns | governor ns | ratio | overlap |");
+    println!("|---:|---:|---|---:|---:|---:|---:|");
+    let key_counts = [1u64, 1_000, 1_000_000];
+    for keys in key_counts
+        .into_iter()
+        .filter(|k| only_keys.map_or(true, |o| o == *k))
+    {
+        for outcome in [Outcome::Allowed, Outcome::Denied] {
+            let ours = tollgate(outcome);
+            let theirs = governor(outcome);
+            for key in 0..keys {
+                ours.check(&key);
+                let _ = theirs.check_key(&key);
+            }
+            let check_ours = |k: u64| ours.check(&k).allowed;
+            let check_theirs = |k: u64| theirs.check_key(&k).is_ok();
+            let checks = checks.unwrap_or(if keys >= 1_000_000 {
+                3_000_000
+            } else {
+                10_000_000
+            });
+            for threads in [1u64, 2] {
+                let orders: Vec<Vec<u64>> =
+                    (0..threads).map(|t| shuffled(keys, 0x5EED + t)).collect();
+                // Warm up both: caches, page tables, the clocks' calibration.
+                measure(&orders, checks / 4, &check_ours);
+                measure(&orders, checks / 4, &check_theirs);
+                let mut ns_ours = [Sample::default(); 3];
+                let mut ns_theirs = [Sample::default(); 3];
+                for run in 0..3 {
+                    if run % 2 == 0 {
+                        ns_ours[run] = measure(&orders, checks, &check_ours);
+                        ns_theirs[run] = measure(&orders, checks, &check_theirs);
+                    } else {
+                        ns_theirs[run] = measure(&orders, checks, &check_theirs);
+                        ns_ours[run] = measure(&orders, checks, &check_ours);
+                    }
+                }
+                let ((a, overlap_a), (b, overlap_b)) = (median(ns_ours), median(ns_theirs));
+                println!(
+                    "| {keys} | {threads} | {} | {a:.1} | {b:.1} | {:.2} | {overlap_a:.2} / {overlap_b:.2} |",
+                    outcome.name(),
+                    b / a,
+                );
+            }
+        }
+    }
+    if only_keys.is_none() {
+        memory();
+    }
+}
