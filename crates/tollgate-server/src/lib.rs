@@ -1,0 +1,9 @@
+//! tollgate-server: the library behind `tollgate serve`.
+//!
+//! - [`config`]: the YAML file (envoyproxy/ratelimit descriptors as they
+//!   are, plus tollgate's extensions and the proxy mode's HTTP rules);
+
+pub mod config;
+pub mod engine;
+pub mod grpc;
+pub mod metrics;
