@@ -7,3 +7,8 @@ pub mod config;
 pub mod engine;
 pub mod grpc;
 pub mod metrics;
+pub mod api;
+pub mod listener;
+pub mod reload;
+pub mod server;
+pub mod store;
