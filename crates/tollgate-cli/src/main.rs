@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 
 mod check;
 mod replay;
+mod serve;
 mod simulate;
 mod store;
 
@@ -28,6 +29,8 @@ enum Command {
     Simulate(simulate::Args),
     /// Make one decision in a shared store (Redis) and print it as JSON.
     Check(check::Args),
+    /// Serve rate limits: Envoy's gRPC API, an HTTP JSON API, a reverse proxy.
+    Serve(serve::Args),
 }
 
 fn main() -> ExitCode {
@@ -36,6 +39,7 @@ fn main() -> ExitCode {
         Command::Replay(args) => replay::run(args),
         Command::Simulate(args) => simulate::run(args),
         Command::Check(args) => check::run(args),
+        Command::Serve(args) => serve::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -12,3 +12,4 @@ pub mod listener;
 pub mod reload;
 pub mod server;
 pub mod store;
+pub mod logs;

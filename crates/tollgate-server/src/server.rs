@@ -149,3 +149,29 @@ impl Running {
         }
     }
 }
+
+/// Serves until SIGTERM or Ctrl-C, then drains and returns.
+pub async fn serve_until_signal(options: ServeOptions) -> Result<(), ServeError> {
+    let running = start(options).await?;
+    tracing::info!(grpc = ?running.grpc, http = ?running.http, "serving");
+    stop_signal().await;
+    tracing::info!("shutting down: draining requests in flight");
+    running.shutdown().await;
+    Ok(())
+}
+
+/// SIGTERM or Ctrl-C.
+async fn stop_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+}
