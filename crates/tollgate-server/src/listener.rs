@@ -171,6 +171,8 @@ pub async fn serve(
             drop(permit);
         });
     }
+    // Refuse new connections at once, while the open ones drain.
+    drop(listener);
     // Every connection holds a permit: all of them back means all closed.
     let all = u32::try_from(limits.max_connections).unwrap_or(u32::MAX);
     if tokio::time::timeout(limits.drain, permits.acquire_many(all))

@@ -81,3 +81,8 @@ pub async fn get(url: &str) -> (u16, String) {
     let (status, body, _) = send("GET", url, "").await;
     (status, body)
 }
+
+/// The process's metrics, rendered (the recorder is per process).
+pub fn get_metrics_text() -> (u16, String) {
+    (200, tollgate_server::metrics::handle().render())
+}
