@@ -10,7 +10,7 @@ use tollgate_cli::duration::parse_duration;
 use tollgate_server::config::Config;
 use tollgate_server::listener::ListenerLimits;
 use tollgate_server::logs::{self, LogFormat};
-use tollgate_server::server::{self, ServeOptions};
+use tollgate_server::server::{self, ProxyOptions, ServeOptions};
 
 const EXAMPLE: &str = "\
 Example (limits.yaml is an envoyproxy/ratelimit descriptor file, or uses tollgate's extensions):
@@ -28,6 +28,10 @@ Example (limits.yaml is an envoyproxy/ratelimit descriptor file, or uses tollgat
   $ tollgate serve --config limits.yaml --store redis://127.0.0.1:6379
   $ curl -s localhost:8080/v1/check \\
       -d '{\"domain\":\"api\",\"descriptors\":[{\"entries\":[{\"key\":\"user\",\"value\":\"ada\"}]}]}'
+
+Reverse proxy (the file's `http:` rules in front of a service, on port 8000):
+
+  $ tollgate serve --config limits.yaml --upstream http://127.0.0.1:3000
 
 Envoy: point its rate limit filter at the gRPC port (8081). The file is reloaded
 when it changes and on SIGHUP; SIGTERM or Ctrl-C drains and exits. Every flag can
@@ -58,6 +62,15 @@ pub struct Args {
     /// Address of the HTTP JSON API, /healthz, /readyz and /metrics.
     #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:8080", env = "TOLLGATE_HTTP_LISTEN")]
     http_listen: SocketAddr,
+    /// Reverse proxy mode: put the file's `http` rules in front of this service (http://HOST:PORT).
+    #[arg(long, value_name = "URL", env = "TOLLGATE_UPSTREAM")]
+    upstream: Option<String>,
+    /// Address of the reverse proxy (with --upstream).
+    #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:8000", env = "TOLLGATE_PROXY_LISTEN")]
+    proxy_listen: SocketAddr,
+    /// Time from forwarding a request (its upload included) to the upstream's response head (then 504).
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration, env = "TOLLGATE_UPSTREAM_TIMEOUT")]
+    upstream_timeout: u64,
     /// Do not reload the file when it changes (SIGHUP still reloads).
     #[arg(long, env = "TOLLGATE_NO_WATCH")]
     no_watch: bool,
@@ -108,6 +121,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             max_connections: args.max_connections,
             drain: Duration::from_nanos(args.drain_timeout),
         },
+        proxy: args.upstream.map(|upstream| ProxyOptions {
+            listen: args.proxy_listen,
+            upstream,
+            timeout: Duration::from_nanos(args.upstream_timeout),
+        }),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

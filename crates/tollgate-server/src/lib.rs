@@ -13,3 +13,4 @@ pub mod reload;
 pub mod server;
 pub mod store;
 pub mod logs;
+pub mod proxy;

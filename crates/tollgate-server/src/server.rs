@@ -13,6 +13,7 @@ use tokio_stream::wrappers::TcpListenerStream;
 use crate::config::{Config, ConfigError};
 use crate::engine::Engine;
 use crate::listener::{self, stopped, ListenerLimits};
+use crate::proxy::{Proxy, ProxyError};
 use crate::store::{self, AnyBackend, StoreError};
 use crate::{api, grpc, metrics, reload};
 
@@ -33,6 +34,19 @@ pub struct ServeOptions {
     pub http: Option<SocketAddr>,
     /// The bounds of every HTTP listener.
     pub limits: ListenerLimits,
+    /// Reverse proxy mode, if wanted.
+    pub proxy: Option<ProxyOptions>,
+}
+
+/// Reverse proxy mode: where to listen, where to forward.
+#[derive(Clone, Debug)]
+pub struct ProxyOptions {
+    /// The proxy's own address.
+    pub listen: SocketAddr,
+    /// `http://HOST:PORT` of the service behind.
+    pub upstream: String,
+    /// How long to wait for the upstream's response head (then 504).
+    pub timeout: std::time::Duration,
 }
 
 /// Why the server did not start.
@@ -44,6 +58,9 @@ pub enum ServeError {
     /// The store.
     #[error("{0}")]
     Store(#[from] StoreError),
+    /// The proxy mode.
+    #[error("{0}")]
+    Proxy(#[from] ProxyError),
     /// A listener could not bind.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
@@ -60,8 +77,10 @@ pub struct Running {
     pub grpc: Option<SocketAddr>,
     /// Where HTTP is served.
     pub http: Option<SocketAddr>,
+    /// Where the proxy is served.
+    pub proxy: Option<SocketAddr>,
     /// The engine, shared by every listener.
-    pub engine: Arc<Engine<AnyBackend>>,
+    pub engine: Arc<Engine<Arc<AnyBackend>>>,
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
     drain: std::time::Duration,
@@ -82,7 +101,7 @@ pub async fn start(options: ServeOptions) -> Result<Running, ServeError> {
     };
     metrics::config_load(true);
     let backend = store::connect(&options.store, &options.prefix).await?;
-    let engine = Arc::new(Engine::new(config, backend));
+    let engine = Arc::new(Engine::new(config, Arc::new(backend)));
     let (stop, stopping) = watch::channel(false);
     let mut tasks = Vec::new();
     let mut running_grpc = None;
@@ -115,6 +134,18 @@ pub async fn start(options: ServeOptions) -> Result<Running, ServeError> {
             stopping.clone(),
         )));
     }
+    let mut running_proxy = None;
+    if let Some(proxy) = &options.proxy {
+        let service = Proxy::new(Arc::clone(&engine), &proxy.upstream, proxy.timeout)?.service();
+        let listener = bind(proxy.listen).await?;
+        running_proxy = listener.local_addr().ok();
+        tasks.push(tokio::spawn(listener::serve(
+            listener,
+            service,
+            options.limits,
+            stopping.clone(),
+        )));
+    }
     if let (true, Some(path)) = (options.watch, options.config.clone()) {
         let engine = Arc::clone(&engine);
         let stopping = stopping.clone();
@@ -127,6 +158,7 @@ pub async fn start(options: ServeOptions) -> Result<Running, ServeError> {
     Ok(Running {
         grpc: running_grpc,
         http: running_http,
+        proxy: running_proxy,
         engine,
         stop,
         tasks,
@@ -153,7 +185,7 @@ impl Running {
 /// Serves until SIGTERM or Ctrl-C, then drains and returns.
 pub async fn serve_until_signal(options: ServeOptions) -> Result<(), ServeError> {
     let running = start(options).await?;
-    tracing::info!(grpc = ?running.grpc, http = ?running.http, "serving");
+    tracing::info!(grpc = ?running.grpc, http = ?running.http, proxy = ?running.proxy, "serving");
     stop_signal().await;
     tracing::info!("shutting down: draining requests in flight");
     running.shutdown().await;

@@ -36,6 +36,7 @@ pub fn options(path: PathBuf, store: &str) -> ServeOptions {
         grpc: Some("127.0.0.1:0".parse().unwrap()),
         http: Some("127.0.0.1:0".parse().unwrap()),
         limits: ListenerLimits::default(),
+        proxy: None,
     }
 }
 
@@ -58,12 +59,21 @@ pub async fn start(yaml: &str) -> TestServer {
 
 /// One request over a fresh connection: status and body as text.
 pub async fn send(method: &str, url: &str, body: &str) -> (u16, String, http::HeaderMap) {
+    send_with(method, url, body, &[]).await
+}
+
+/// As [`send`], with extra request header fields.
+pub async fn send_with(method: &str, url: &str, body: &str, extra: &[(&str, &str)]) -> (u16, String, http::HeaderMap) {
     use http_body_util::{BodyExt, Full};
     let uri: http::Uri = url.parse().unwrap();
     let stream = tokio::net::TcpStream::connect(uri.authority().unwrap().as_str()).await.unwrap();
     let (mut sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await.unwrap();
     tokio::spawn(conn);
-    let req = http::Request::builder()
+    let mut req = http::Request::builder();
+    for (k, v) in extra {
+        req = req.header(*k, *v);
+    }
+    let req = req
         .method(method)
         .uri(uri.path_and_query().unwrap().as_str())
         .header("host", uri.authority().unwrap().as_str())
