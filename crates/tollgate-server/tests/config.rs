@@ -153,3 +153,10 @@ fn unreadable_file_names_the_file() {
     let e = Config::load(std::path::Path::new("/nonexistent/limits.yaml")).unwrap_err();
     assert!(e.to_string().starts_with("/nonexistent/limits.yaml: cannot read the file"), "{e}");
 }
+
+#[test]
+fn the_shipped_example_is_valid() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/limits.yaml");
+    let config = Config::load(std::path::Path::new(path)).unwrap();
+    assert_eq!((config.entries().len(), config.http_rules().len()), (5, 2));
+}
