@@ -48,25 +48,51 @@ pub struct Args {
     #[arg(long, value_name = "FILE", conflicts_with = "config")]
     check: Option<PathBuf>,
     /// The store: memory, redis://HOST:PORT, rediss://HOST:PORT, redis+cluster://HOST:PORT[,...].
-    #[arg(long, value_name = "URL", default_value = "memory", env = "TOLLGATE_STORE", hide_env_values = true)]
+    #[arg(
+        long,
+        value_name = "URL",
+        default_value = "memory",
+        env = "TOLLGATE_STORE",
+        hide_env_values = true
+    )]
     store: String,
     /// Prefix of the keys in a shared store.
-    #[arg(long, value_name = "PREFIX", default_value = "tollgate:", env = "TOLLGATE_PREFIX")]
+    #[arg(
+        long,
+        value_name = "PREFIX",
+        default_value = "tollgate:",
+        env = "TOLLGATE_PREFIX"
+    )]
     prefix: String,
     /// Address of Envoy's rate limit gRPC API.
-    #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:8081", env = "TOLLGATE_GRPC_LISTEN")]
+    #[arg(
+        long,
+        value_name = "ADDR",
+        default_value = "0.0.0.0:8081",
+        env = "TOLLGATE_GRPC_LISTEN"
+    )]
     grpc_listen: SocketAddr,
     /// Do not serve the gRPC API.
     #[arg(long, env = "TOLLGATE_NO_GRPC")]
     no_grpc: bool,
     /// Address of the HTTP JSON API, /healthz, /readyz and /metrics.
-    #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:8080", env = "TOLLGATE_HTTP_LISTEN")]
+    #[arg(
+        long,
+        value_name = "ADDR",
+        default_value = "0.0.0.0:8080",
+        env = "TOLLGATE_HTTP_LISTEN"
+    )]
     http_listen: SocketAddr,
     /// Reverse proxy mode: put the file's `http` rules in front of this service (http://HOST:PORT).
     #[arg(long, value_name = "URL", env = "TOLLGATE_UPSTREAM")]
     upstream: Option<String>,
     /// Address of the reverse proxy (with --upstream).
-    #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:8000", env = "TOLLGATE_PROXY_LISTEN")]
+    #[arg(
+        long,
+        value_name = "ADDR",
+        default_value = "0.0.0.0:8000",
+        env = "TOLLGATE_PROXY_LISTEN"
+    )]
     proxy_listen: SocketAddr,
     /// Time from forwarding a request (its upload included) to the upstream's response head (then 504).
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration, env = "TOLLGATE_UPSTREAM_TIMEOUT")]
@@ -81,13 +107,23 @@ pub struct Args {
     #[arg(long, value_name = "BYTES", default_value_t = 16 * 1024, env = "TOLLGATE_MAX_HEADER_BYTES")]
     max_header_bytes: usize,
     /// Most header fields in a request (more: 431).
-    #[arg(long, value_name = "N", default_value_t = 64, env = "TOLLGATE_MAX_HEADERS")]
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 64,
+        env = "TOLLGATE_MAX_HEADERS"
+    )]
     max_headers: usize,
     /// Largest request body, in bytes (larger: 413); unbounded when unset.
     #[arg(long, value_name = "BYTES", env = "TOLLGATE_MAX_BODY_BYTES")]
     max_body_bytes: Option<u64>,
     /// Most connections open at once per listener (more: 503).
-    #[arg(long, value_name = "N", default_value_t = 4096, env = "TOLLGATE_MAX_CONNECTIONS")]
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 4096,
+        env = "TOLLGATE_MAX_CONNECTIONS"
+    )]
     max_connections: usize,
     /// How long shutdown waits for requests in flight.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration, env = "TOLLGATE_DRAIN_TIMEOUT")]
@@ -96,7 +132,12 @@ pub struct Args {
     #[arg(long, value_enum, default_value_t = LogFormat::Text, env = "TOLLGATE_LOG_FORMAT")]
     log_format: LogFormat,
     /// Log filter, as RUST_LOG (`info`, `tollgate_server=debug`).
-    #[arg(long, value_name = "FILTER", default_value = "info", env = "TOLLGATE_LOG")]
+    #[arg(
+        long,
+        value_name = "FILTER",
+        default_value = "info",
+        env = "TOLLGATE_LOG"
+    )]
     log: String,
 }
 

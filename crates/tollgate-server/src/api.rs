@@ -23,7 +23,9 @@ use serde::{Deserialize, Serialize};
 use tollgate::{Algorithm, Backend, Limit, Policy, Quota};
 use tollgate_http::fields;
 
-use crate::engine::{AppliedLimit, CheckError, CheckRequest, CheckResponse, Code, DescriptorRequest, Engine};
+use crate::engine::{
+    AppliedLimit, CheckError, CheckRequest, CheckResponse, Code, DescriptorRequest, Engine,
+};
 use crate::metrics;
 
 /// The most a `/v1/check` body may hold.
@@ -33,7 +35,10 @@ pub const MAX_CHECK_BODY: usize = 64 * 1024;
 pub fn router<B: Backend + 'static>(engine: Arc<Engine<B>>) -> Router {
     Router::new()
         .route("/v1/check", post(check::<B>))
-        .route("/healthz", get(|| async { Json(serde_json::json!({"status": "ok"})) }))
+        .route(
+            "/healthz",
+            get(|| async { Json(serde_json::json!({"status": "ok"})) }),
+        )
         .route("/readyz", get(ready::<B>))
         .route("/metrics", get(render_metrics))
         .with_state(engine)
@@ -109,7 +114,9 @@ fn limit_out(applied: &AppliedLimit) -> LimitOut<'_> {
         algorithm: limit.map(|l| l.algorithm.name()),
         requests_per_unit: limit.map_or(0, |l| l.quota.limit()),
         period_ns: limit.map(|l| l.quota.period_ns()),
-        burst: limit.filter(|l| l.algorithm.uses_burst()).map(|l| l.quota.burst()),
+        burst: limit
+            .filter(|l| l.algorithm.uses_burst())
+            .map(|l| l.quota.burst()),
     }
 }
 
@@ -118,19 +125,19 @@ fn error(status: StatusCode, message: String, field: Option<String>) -> Response
     (status, Json(body)).into_response()
 }
 
-fn parse(body: &[u8]) -> Result<CheckRequest, Response> {
+fn parse(body: &[u8]) -> Result<CheckRequest, Box<Response>> {
     if body.len() > MAX_CHECK_BODY {
-        return Err(error(
+        return Err(Box::new(error(
             StatusCode::PAYLOAD_TOO_LARGE,
             format!("the body is over {MAX_CHECK_BODY} bytes"),
             None,
-        ));
+        )));
     }
     let de = &mut serde_json::Deserializer::from_slice(body);
     let check: Check = serde_path_to_error::deserialize(de).map_err(|e| {
         let field = e.path().to_string();
         let field = (field != ".").then_some(field);
-        error(StatusCode::BAD_REQUEST, e.inner().to_string(), field)
+        Box::new(error(StatusCode::BAD_REQUEST, e.inner().to_string(), field))
     })?;
     Ok(CheckRequest {
         domain: check.domain,
@@ -172,23 +179,30 @@ fn answer(response: &CheckResponse) -> Response {
             .map(|s| s.retry_after_ns.unwrap_or(s.reset_after_ns))
             .max()
             .unwrap_or(0);
-        res.headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from(fields::retry_after_secs(wait)));
+        res.headers_mut().insert(
+            header::RETRY_AFTER,
+            HeaderValue::from(fields::retry_after_secs(wait)),
+        );
     }
     res
 }
 
-async fn check<B: Backend + 'static>(State(engine): State<Arc<Engine<B>>>, body: Bytes) -> Response {
+async fn check<B: Backend + 'static>(
+    State(engine): State<Arc<Engine<B>>>,
+    body: Bytes,
+) -> Response {
     let started = Instant::now();
     let request = match parse(&body) {
         Ok(request) => request,
-        Err(res) => return res,
+        Err(res) => return *res,
     };
     let result = engine.check(&request).await;
     metrics::decision_time("http", started);
     match result {
         Ok(response) => answer(&response),
-        Err(e @ CheckError::Store { .. }) => error(StatusCode::SERVICE_UNAVAILABLE, e.to_string(), None),
+        Err(e @ CheckError::Store { .. }) => {
+            error(StatusCode::SERVICE_UNAVAILABLE, e.to_string(), None)
+        }
         Err(e) => {
             let field = match e {
                 CheckError::EmptyDomain => "domain".to_string(),
@@ -210,7 +224,11 @@ static PROBE: LazyLock<Policy> = LazyLock::new(|| {
 async fn ready<B: Backend + 'static>(State(engine): State<Arc<Engine<B>>>) -> Response {
     match engine.backend().check("tollgate-readyz", &PROBE, 0).await {
         Ok(_) => Json(serde_json::json!({"status": "ready"})).into_response(),
-        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, format!("store not ready: {e}"), None),
+        Err(e) => error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("store not ready: {e}"),
+            None,
+        ),
     }
 }
 

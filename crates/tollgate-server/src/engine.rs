@@ -41,7 +41,9 @@ pub struct DescriptorRequest {
 
 impl DescriptorRequest {
     /// A descriptor of `entries`, with the request's hits.
-    pub fn new<K: Into<String>, V: Into<String>>(entries: impl IntoIterator<Item = (K, V)>) -> Self {
+    pub fn new<K: Into<String>, V: Into<String>>(
+        entries: impl IntoIterator<Item = (K, V)>,
+    ) -> Self {
         DescriptorRequest {
             entries: entries
                 .into_iter()
@@ -181,7 +183,11 @@ impl<B: Backend> Engine<B> {
         if request.descriptors.is_empty() {
             return Err(CheckError::NoDescriptors);
         }
-        if let Some(i) = request.descriptors.iter().position(|d| d.entries.is_empty()) {
+        if let Some(i) = request
+            .descriptors
+            .iter()
+            .position(|d| d.entries.is_empty())
+        {
             return Err(CheckError::EmptyDescriptor(i));
         }
         // Held to the end, so a reload never changes a request midway.
@@ -201,7 +207,10 @@ impl<B: Backend> Engine<B> {
             let entry = entry.filter(|e| !e.name.as_deref().is_some_and(|n| replaced.contains(n)));
             let status = match entry {
                 None => DescriptorStatus::unlimited_ok(Some(0)),
-                Some(entry) => self.decide(&request.domain, request.hits, descriptor, entry).await?,
+                Some(entry) => {
+                    self.decide(&request.domain, request.hits, descriptor, entry)
+                        .await?
+                }
             };
             statuses.push(status);
         }
@@ -226,7 +235,11 @@ impl<B: Backend> Engine<B> {
             Action::Unlimited => return Ok(DescriptorStatus::unlimited_ok(None)),
             Action::Block => {
                 label.decided(hits, false, false, entry.shadow);
-                let code = if entry.shadow { Code::Ok } else { Code::OverLimit };
+                let code = if entry.shadow {
+                    Code::Ok
+                } else {
+                    Code::OverLimit
+                };
                 return Ok(DescriptorStatus {
                     code,
                     limit: Some(applied(entry, None)),
@@ -270,7 +283,8 @@ impl<B: Backend> Engine<B> {
             limit: Some(applied(entry, Some(tight))),
             remaining: Some(decision.remaining),
             reset_after_ns: decision.reset_after,
-            retry_after_ns: (!decision.allowed).then(|| decision.retry_after.as_nanos().unwrap_or(u64::MAX)),
+            retry_after_ns: (!decision.allowed)
+                .then(|| decision.retry_after.as_nanos().unwrap_or(u64::MAX)),
         })
     }
 }

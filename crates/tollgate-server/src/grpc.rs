@@ -58,7 +58,7 @@ fn to_check(request: RateLimitRequest) -> CheckRequest {
 
 fn unit_of(period_ns: u64) -> Unit {
     match period_ns / NS_PER_SEC {
-        _ if period_ns % NS_PER_SEC != 0 => Unit::Unknown,
+        _ if !period_ns.is_multiple_of(NS_PER_SEC) => Unit::Unknown,
         1 => Unit::Second,
         60 => Unit::Minute,
         3_600 => Unit::Hour,
@@ -117,7 +117,11 @@ fn to_response(answer: CheckResponse) -> RateLimitResponse {
                 status.duration_until_reset = Some(duration(s.reset_after_ns));
                 if fields::valid_name(&applied.name) {
                     policies.push((applied.name.as_str(), requests, period));
-                    limits.push((applied.name.as_str(), s.remaining.unwrap_or(0), s.reset_after_ns));
+                    limits.push((
+                        applied.name.as_str(),
+                        s.remaining.unwrap_or(0),
+                        s.reset_after_ns,
+                    ));
                 }
             }
             if s.code == Code::OverLimit {
@@ -152,7 +156,10 @@ fn to_response(answer: CheckResponse) -> RateLimitResponse {
         headers.push(header("ratelimit", fields::limit_field(&items)));
     }
     if let Some(wait) = retry_after {
-        headers.push(header("retry-after", fields::retry_after_secs(wait).to_string()));
+        headers.push(header(
+            "retry-after",
+            fields::retry_after_secs(wait).to_string(),
+        ));
     }
     let overall = match answer.overall {
         Code::Ok => PbCode::Ok,
@@ -184,6 +191,8 @@ impl<B: Backend + 'static> RateLimitService for RlsService<B> {
         let check = to_check(request.into_inner());
         let answer = self.engine.check(&check).await;
         metrics::decision_time("grpc", started);
-        answer.map(|a| Response::new(to_response(a))).map_err(to_status)
+        answer
+            .map(|a| Response::new(to_response(a)))
+            .map_err(to_status)
     }
 }

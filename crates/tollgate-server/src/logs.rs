@@ -17,7 +17,8 @@ pub enum LogFormat {
 /// Installs the process's log subscriber; `filter` as in `RUST_LOG`.
 /// Fails on a bad filter, and when a subscriber is already installed.
 pub fn init(format: LogFormat, filter: &str) -> Result<(), String> {
-    let filter = EnvFilter::try_new(filter).map_err(|e| format!("invalid log filter `{filter}`: {e}"))?;
+    let filter =
+        EnvFilter::try_new(filter).map_err(|e| format!("invalid log filter `{filter}`: {e}"))?;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

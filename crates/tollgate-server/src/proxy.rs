@@ -69,8 +69,14 @@ pub struct Proxy<B> {
 impl<B: Backend + Clone + 'static> Proxy<B> {
     /// A proxy to `upstream` (`http://host:port`) limited by the HTTP rules
     /// of `engine`'s configuration, in `engine`'s store.
-    pub fn new(engine: Arc<Engine<B>>, upstream: &str, timeout: Duration) -> Result<Arc<Self>, ProxyError> {
-        let uri: Uri = upstream.parse().map_err(|_| ProxyError::Upstream(upstream.to_string()))?;
+    pub fn new(
+        engine: Arc<Engine<B>>,
+        upstream: &str,
+        timeout: Duration,
+    ) -> Result<Arc<Self>, ProxyError> {
+        let uri: Uri = upstream
+            .parse()
+            .map_err(|_| ProxyError::Upstream(upstream.to_string()))?;
         let (Some("http"), Some(authority)) = (uri.scheme_str(), uri.authority()) else {
             return Err(ProxyError::Upstream(upstream.to_string()));
         };
@@ -176,22 +182,26 @@ fn append_forwarded(headers: &mut HeaderMap, peer: SocketAddr) {
 }
 
 async fn forward(State(upstream): State<Arc<Upstream>>, mut request: Request) -> Response {
-    let path = request
-        .uri()
-        .path_and_query()
-        .map_or("/", |p| p.as_str());
+    let path = request.uri().path_and_query().map_or("/", |p| p.as_str());
     let Ok(uri) = format!("{}{path}", upstream.scheme_authority).parse::<Uri>() else {
         return StatusCode::BAD_REQUEST.into_response();
     };
     *request.uri_mut() = uri;
-    let peer = request.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0);
+    let peer = request
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0);
     let headers = request.headers_mut();
     remove_hop_by_hop(headers);
     if let Some(peer) = peer {
         append_forwarded(headers, peer);
     }
     match tokio::time::timeout(upstream.timeout, upstream.client.request(request)).await {
-        Err(_) => (StatusCode::GATEWAY_TIMEOUT, "the upstream did not answer in time\n").into_response(),
+        Err(_) => (
+            StatusCode::GATEWAY_TIMEOUT,
+            "the upstream did not answer in time\n",
+        )
+            .into_response(),
         Ok(Err(e)) => {
             tracing::warn!(error = %e, "upstream request failed");
             (StatusCode::BAD_GATEWAY, "the upstream is unreachable\n").into_response()

@@ -4,7 +4,6 @@
 //! A new store (PostgreSQL) is one more [`AnyBackend`] variant and one more
 //! arm in [`connect`].
 
-use std::future::Future;
 use std::time::Duration;
 
 use tollgate::{Backend, BackendError, Decision, Lease, MemoryBackend, Policy};
@@ -74,48 +73,43 @@ impl Backend for AnyBackend {
         }
     }
 
-    fn check(&self, key: &str, policy: &Policy, cost: u64) -> impl Future<Output = Result<Decision, BackendError>> + Send {
-        async move {
-            match self {
-                AnyBackend::Memory(b) => b.check(key, policy, cost).await,
-                AnyBackend::Redis(b) => b.check(key, policy, cost).await,
-            }
+    async fn check(&self, key: &str, policy: &Policy, cost: u64) -> Result<Decision, BackendError> {
+        match self {
+            AnyBackend::Memory(b) => b.check(key, policy, cost).await,
+            AnyBackend::Redis(b) => b.check(key, policy, cost).await,
         }
     }
 
-    fn reset(&self, key: &str, policy: &Policy) -> impl Future<Output = Result<(), BackendError>> + Send {
-        async move {
-            match self {
-                AnyBackend::Memory(b) => b.reset(key, policy).await,
-                AnyBackend::Redis(b) => b.reset(key, policy).await,
-            }
+    async fn reset(&self, key: &str, policy: &Policy) -> Result<(), BackendError> {
+        match self {
+            AnyBackend::Memory(b) => b.reset(key, policy).await,
+            AnyBackend::Redis(b) => b.reset(key, policy).await,
         }
     }
 
-    fn refund(&self, key: &str, policy: &Policy, cost: u64) -> impl Future<Output = Result<Decision, BackendError>> + Send {
-        async move {
-            match self {
-                AnyBackend::Memory(b) => b.refund(key, policy, cost).await,
-                AnyBackend::Redis(b) => b.refund(key, policy, cost).await,
-            }
+    async fn refund(
+        &self,
+        key: &str,
+        policy: &Policy,
+        cost: u64,
+    ) -> Result<Decision, BackendError> {
+        match self {
+            AnyBackend::Memory(b) => b.refund(key, policy, cost).await,
+            AnyBackend::Redis(b) => b.refund(key, policy, cost).await,
         }
     }
 
-    fn force(&self, key: &str, policy: &Policy, cost: u64) -> impl Future<Output = Result<Decision, BackendError>> + Send {
-        async move {
-            match self {
-                AnyBackend::Memory(b) => b.force(key, policy, cost).await,
-                AnyBackend::Redis(b) => b.force(key, policy, cost).await,
-            }
+    async fn force(&self, key: &str, policy: &Policy, cost: u64) -> Result<Decision, BackendError> {
+        match self {
+            AnyBackend::Memory(b) => b.force(key, policy, cost).await,
+            AnyBackend::Redis(b) => b.force(key, policy, cost).await,
         }
     }
 
-    fn lease(&self, key: &str, policy: &Policy, max: u64) -> impl Future<Output = Result<Lease, BackendError>> + Send {
-        async move {
-            match self {
-                AnyBackend::Memory(b) => b.lease(key, policy, max).await,
-                AnyBackend::Redis(b) => b.lease(key, policy, max).await,
-            }
+    async fn lease(&self, key: &str, policy: &Policy, max: u64) -> Result<Lease, BackendError> {
+        match self {
+            AnyBackend::Memory(b) => b.lease(key, policy, max).await,
+            AnyBackend::Redis(b) => b.lease(key, policy, max).await,
         }
     }
 }
@@ -126,15 +120,28 @@ mod tests {
 
     #[test]
     fn passwords_never_show_in_messages() {
-        assert_eq!(redacted("redis://user:secret@h:6379/0"), "redis://***@h:6379/0");
+        assert_eq!(
+            redacted("redis://user:secret@h:6379/0"),
+            "redis://***@h:6379/0"
+        );
         assert_eq!(redacted("redis://h:6379"), "redis://h:6379");
     }
 
     #[tokio::test]
     async fn unknown_schemes_and_postgres_are_clear_errors() {
         let e = connect("mysql://u:pw@h", "p").await.err().unwrap();
-        assert!(e.to_string().starts_with("unsupported store `mysql://***@h`"), "{e}");
-        assert!(matches!(connect("postgres://h/db", "p").await, Err(StoreError::PostgresNotBuilt)));
-        assert!(matches!(connect("memory", "p").await, Ok(AnyBackend::Memory(_))));
+        assert!(
+            e.to_string()
+                .starts_with("unsupported store `mysql://***@h`"),
+            "{e}"
+        );
+        assert!(matches!(
+            connect("postgres://h/db", "p").await,
+            Err(StoreError::PostgresNotBuilt)
+        ));
+        assert!(matches!(
+            connect("memory", "p").await,
+            Ok(AnyBackend::Memory(_))
+        ));
     }
 }

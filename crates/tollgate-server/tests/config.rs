@@ -17,34 +17,55 @@ fn error(yaml: &str) -> ConfigError {
 
 #[test]
 fn envoy_ratelimit_file_loads_as_is_and_matches_by_its_rules() {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/configs/envoy-ratelimit.yaml");
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/configs/envoy-ratelimit.yaml"
+    );
     let config = Config::load(std::path::Path::new(path)).unwrap();
     let d = "edge_proxy_per_ip";
-    let path_of = |pairs: &[(&str, &str)]| {
-        config
-            .lookup(d, &entries(pairs))
-            .map(|e| e.path.clone())
-    };
+    let path_of =
+        |pairs: &[(&str, &str)]| config.lookup(d, &entries(pairs)).map(|e| e.path.clone());
     // An exact value wins over the key alone; the key alone takes any value.
-    assert_eq!(path_of(&[("remote_address", "10.0.0.1")]).unwrap(), "edge_proxy_per_ip.remote_address_10.0.0.1");
-    assert_eq!(path_of(&[("remote_address", "10.0.0.2")]).unwrap(), "edge_proxy_per_ip.remote_address");
+    assert_eq!(
+        path_of(&[("remote_address", "10.0.0.1")]).unwrap(),
+        "edge_proxy_per_ip.remote_address_10.0.0.1"
+    );
+    assert_eq!(
+        path_of(&[("remote_address", "10.0.0.2")]).unwrap(),
+        "edge_proxy_per_ip.remote_address"
+    );
     // Wildcard by prefix.
-    assert_eq!(path_of(&[("destination_cluster", "mongo_eu")]).unwrap(), "edge_proxy_per_ip.destination_cluster_mongo*");
+    assert_eq!(
+        path_of(&[("destination_cluster", "mongo_eu")]).unwrap(),
+        "edge_proxy_per_ip.destination_cluster_mongo*"
+    );
     assert_eq!(path_of(&[("destination_cluster", "redis")]), None);
     // Nested: only the full path has a limit; a prefix of it has none.
     assert_eq!(path_of(&[("client_id", "foo")]), None);
-    assert_eq!(path_of(&[("client_id", "foo"), ("path", "/foo/bar")]).unwrap(), "edge_proxy_per_ip.client_id_foo.path_/foo/bar");
-    assert_eq!(path_of(&[("client_id", "foo"), ("path", "/x"), ("extra", "y")]), None);
+    assert_eq!(
+        path_of(&[("client_id", "foo"), ("path", "/foo/bar")]).unwrap(),
+        "edge_proxy_per_ip.client_id_foo.path_/foo/bar"
+    );
+    assert_eq!(
+        path_of(&[("client_id", "foo"), ("path", "/x"), ("extra", "y")]),
+        None
+    );
     // Unknown domain or key: no limit.
-    assert!(config.lookup("other", &entries(&[("remote_address", "1")])).is_none());
-    let nested = config.lookup(d, &entries(&[("client_id", "foo"), ("path", "/foo/bar")])).unwrap();
+    assert!(config
+        .lookup("other", &entries(&[("remote_address", "1")]))
+        .is_none());
+    let nested = config
+        .lookup(d, &entries(&[("client_id", "foo"), ("path", "/foo/bar")]))
+        .unwrap();
     assert!(nested.shadow && nested.detailed_metric);
     assert_eq!(nested.name.as_deref(), Some("client_foo_bar"));
     let health = config.lookup(d, &entries(&[("path", "/health")])).unwrap();
     assert_eq!(health.action, Action::Unlimited);
     let blocked = config.lookup(d, &entries(&[("blocked", "x")])).unwrap();
     assert_eq!(blocked.action, Action::Block);
-    let per_ip = config.lookup(d, &entries(&[("remote_address", "10.0.0.9")])).unwrap();
+    let per_ip = config
+        .lookup(d, &entries(&[("remote_address", "10.0.0.9")]))
+        .unwrap();
     let fixed = Limit::new(Algorithm::FixedWindow, Quota::per_second(10).unwrap());
     assert_eq!(per_ip.action, Action::Limit(Policy::new(fixed)));
 }
@@ -99,9 +120,18 @@ http:
     let names: Vec<&str> = config.http_rules().iter().map(|r| r.name()).collect();
     assert_eq!(names, ["per-ip", "per-key"]);
     let lines = config.describe();
-    assert!(lines[0].starts_with("http rule `per-ip`: GCRA: 50 per second per "), "{lines:?}");
-    assert!(lines[1].contains("token bucket: 600 per minute, bursts of 100"), "{lines:?}");
-    assert!(lines[1].ends_with("[shadow mode: counted, never enforced]"), "{lines:?}");
+    assert!(
+        lines[0].starts_with("http rule `per-ip`: GCRA: 50 per second per "),
+        "{lines:?}"
+    );
+    assert!(
+        lines[1].contains("token bucket: 600 per minute, bursts of 100"),
+        "{lines:?}"
+    );
+    assert!(
+        lines[1].ends_with("[shadow mode: counted, never enforced]"),
+        "{lines:?}"
+    );
 }
 
 #[test]
@@ -134,15 +164,38 @@ fn impossible_quotas_are_errors_at_their_rate_limit() {
     assert!(e.message.starts_with("impossible quota: burst"), "{e}");
     for (yaml, words) in [
         ("rate_limit: { requests_per_unit: 5 }", "missing `unit`"),
-        ("rate_limit: { unit: fortnight, requests_per_unit: 5 }", "unknown unit `fortnight`"),
-        ("rate_limit: { unit: second, period: 2s, requests_per_unit: 5 }", "either `unit` or `period`"),
-        ("rate_limit: { unit: second, requests_per_unit: 5, burst: 9 }", "`burst` does not apply to fixed_window"),
-        ("rate_limit: { period: 0s, requests_per_unit: 5 }", "must be above 0"),
-        ("rate_limit: { unit: second, algorithm: magic, requests_per_unit: 5 }", "unknown algorithm `magic`"),
-        ("rate_limit: { unlimited: true, unit: second, requests_per_unit: 5 }", "takes no quota"),
-        ("rate_limit: { unit: second, requests_per_unit: 5, replaces: [{ name: nope }] }", "`nope`"),
+        (
+            "rate_limit: { unit: fortnight, requests_per_unit: 5 }",
+            "unknown unit `fortnight`",
+        ),
+        (
+            "rate_limit: { unit: second, period: 2s, requests_per_unit: 5 }",
+            "either `unit` or `period`",
+        ),
+        (
+            "rate_limit: { unit: second, requests_per_unit: 5, burst: 9 }",
+            "`burst` does not apply to fixed_window",
+        ),
+        (
+            "rate_limit: { period: 0s, requests_per_unit: 5 }",
+            "must be above 0",
+        ),
+        (
+            "rate_limit: { unit: second, algorithm: magic, requests_per_unit: 5 }",
+            "unknown algorithm `magic`",
+        ),
+        (
+            "rate_limit: { unlimited: true, unit: second, requests_per_unit: 5 }",
+            "takes no quota",
+        ),
+        (
+            "rate_limit: { unit: second, requests_per_unit: 5, replaces: [{ name: nope }] }",
+            "`nope`",
+        ),
     ] {
-        let e = error(&format!("domain: a\ndescriptors:\n  - key: k\n    {yaml}\n"));
+        let e = error(&format!(
+            "domain: a\ndescriptors:\n  - key: k\n    {yaml}\n"
+        ));
         assert!(e.message.contains(words), "{yaml}: {e}");
         assert_eq!(e.line, 4, "{yaml}: {e}");
     }
@@ -151,7 +204,11 @@ fn impossible_quotas_are_errors_at_their_rate_limit() {
 #[test]
 fn unreadable_file_names_the_file() {
     let e = Config::load(std::path::Path::new("/nonexistent/limits.yaml")).unwrap_err();
-    assert!(e.to_string().starts_with("/nonexistent/limits.yaml: cannot read the file"), "{e}");
+    assert!(
+        e.to_string()
+            .starts_with("/nonexistent/limits.yaml: cannot read the file"),
+        "{e}"
+    );
 }
 
 #[test]

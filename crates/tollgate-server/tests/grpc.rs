@@ -67,7 +67,9 @@ fn request(descriptors: Vec<RateLimitDescriptor>, hits: u32) -> RateLimitRequest
 }
 
 async fn client(server: &support::TestServer) -> RateLimitServiceClient<Channel> {
-    RateLimitServiceClient::connect(server.grpc_url()).await.unwrap()
+    RateLimitServiceClient::connect(server.grpc_url())
+        .await
+        .unwrap()
 }
 
 async fn ask(c: &mut RateLimitServiceClient<Channel>, req: RateLimitRequest) -> RateLimitResponse {
@@ -90,12 +92,18 @@ async fn fixed_window_counts_and_answers_with_its_numbers() {
     assert_eq!(first.overall_code, Code::Ok as i32);
     let s = &first.statuses[0];
     let limit = s.current_limit.as_ref().unwrap();
-    assert_eq!((limit.requests_per_unit, limit.unit), (2, Unit::Minute as i32));
+    assert_eq!(
+        (limit.requests_per_unit, limit.unit),
+        (2, Unit::Minute as i32)
+    );
     assert_eq!(limit.name, "rl.user");
     assert_eq!(s.limit_remaining, 1);
     let reset = s.duration_until_reset.unwrap();
     assert!(reset.seconds > 0 && reset.seconds <= 60, "{reset:?}");
-    assert_eq!(header(&first, "ratelimit-policy"), Some("\"rl.user\";q=2;w=60"));
+    assert_eq!(
+        header(&first, "ratelimit-policy"),
+        Some("\"rl.user\";q=2;w=60")
+    );
     assert_eq!(ask(&mut c, one()).await.statuses[0].limit_remaining, 0);
     let over = ask(&mut c, one()).await;
     assert_eq!(over.overall_code, Code::OverLimit as i32);
@@ -111,7 +119,10 @@ async fn fixed_window_counts_and_answers_with_its_numbers() {
 async fn unmatched_descriptor_is_ok_without_a_limit() {
     let server = support::start(CONFIG).await;
     let mut c = client(&server).await;
-    for d in [descriptor(&[("nobody", "x")]), descriptor(&[("client", "foo")])] {
+    for d in [
+        descriptor(&[("nobody", "x")]),
+        descriptor(&[("client", "foo")]),
+    ] {
         let res = ask(&mut c, request(vec![d], 1)).await;
         assert_eq!(res.overall_code, Code::Ok as i32);
         assert_eq!(res.statuses[0].code, Code::Ok as i32);
@@ -130,11 +141,20 @@ async fn wildcard_and_nested_descriptors() {
     let mut c = client(&server).await;
     let wild = || request(vec![descriptor(&[("cluster", "mongo_eu")])], 1);
     assert_eq!(ask(&mut c, wild()).await.overall_code, Code::Ok as i32);
-    assert_eq!(ask(&mut c, wild()).await.overall_code, Code::OverLimit as i32);
+    assert_eq!(
+        ask(&mut c, wild()).await.overall_code,
+        Code::OverLimit as i32
+    );
     let nested = || request(vec![descriptor(&[("client", "foo"), ("path", "/bar")])], 1);
     let first = ask(&mut c, nested()).await;
-    assert_eq!(first.statuses[0].current_limit.as_ref().unwrap().unit, Unit::Hour as i32);
-    assert_eq!(ask(&mut c, nested()).await.overall_code, Code::OverLimit as i32);
+    assert_eq!(
+        first.statuses[0].current_limit.as_ref().unwrap().unit,
+        Unit::Hour as i32
+    );
+    assert_eq!(
+        ask(&mut c, nested()).await.overall_code,
+        Code::OverLimit as i32
+    );
     server.running.shutdown().await;
 }
 
@@ -155,17 +175,32 @@ async fn unlimited_never_limits() {
 async fn replaced_limit_is_not_applied() {
     let server = support::start(CONFIG).await;
     let mut c = client(&server).await;
-    let both = || request(vec![descriptor(&[("narrow", "a")]), descriptor(&[("wide", "a")])], 1);
+    let both = || {
+        request(
+            vec![descriptor(&[("narrow", "a")]), descriptor(&[("wide", "a")])],
+            1,
+        )
+    };
     for _ in 0..3 {
         let res = ask(&mut c, both()).await;
         assert_eq!(res.overall_code, Code::Ok as i32);
         assert!(res.statuses[0].current_limit.is_none());
-        assert_eq!(res.statuses[1].current_limit.as_ref().unwrap().requests_per_unit, 10);
+        assert_eq!(
+            res.statuses[1]
+                .current_limit
+                .as_ref()
+                .unwrap()
+                .requests_per_unit,
+            10
+        );
     }
     // Alone, the narrow limit applies.
     let alone = || request(vec![descriptor(&[("narrow", "b")])], 1);
     ask(&mut c, alone()).await;
-    assert_eq!(ask(&mut c, alone()).await.overall_code, Code::OverLimit as i32);
+    assert_eq!(
+        ask(&mut c, alone()).await.overall_code,
+        Code::OverLimit as i32
+    );
     server.running.shutdown().await;
 }
 
@@ -180,7 +215,8 @@ async fn shadow_mode_is_counted_never_enforced() {
     }
     let text = reqwest_free_get(&server.http_url("/metrics")).await;
     assert!(
-        text.lines().any(|l| l.starts_with("tollgate_server_shadow_mode_total{rule=\"rl.dark\"} 2")),
+        text.lines()
+            .any(|l| l.starts_with("tollgate_server_shadow_mode_total{rule=\"rl.dark\"} 2")),
         "{text}"
     );
     server.running.shutdown().await;
@@ -201,12 +237,18 @@ async fn hits_addend_zero_counts_one_and_above_the_limit_is_over() {
     let mut peek = descriptor(&[("user", "z")]);
     peek.hits_addend = Some(UInt64Value { value: 0 });
     let res = ask(&mut c, request(vec![peek], 5)).await;
-    assert_eq!((res.overall_code, res.statuses[0].limit_remaining), (Code::Ok as i32, 1));
+    assert_eq!(
+        (res.overall_code, res.statuses[0].limit_remaining),
+        (Code::Ok as i32, 1)
+    );
     // Negative hits give budget back.
     let mut back = descriptor(&[("user", "z")]);
     back.hits_addend = Some(UInt64Value { value: 1 });
     back.is_negative_hits = true;
-    assert_eq!(ask(&mut c, request(vec![back], 1)).await.statuses[0].limit_remaining, 2);
+    assert_eq!(
+        ask(&mut c, request(vec![back], 1)).await.statuses[0].limit_remaining,
+        2
+    );
     server.running.shutdown().await;
 }
 
@@ -216,9 +258,15 @@ async fn any_algorithm_and_period_and_a_blocking_zero() {
     let mut c = client(&server).await;
     let res = ask(&mut c, request(vec![descriptor(&[("bucket", "k")])], 1)).await;
     let limit = res.statuses[0].current_limit.as_ref().unwrap();
-    assert_eq!((limit.requests_per_unit, limit.unit), (3, Unit::Unknown as i32));
+    assert_eq!(
+        (limit.requests_per_unit, limit.unit),
+        (3, Unit::Unknown as i32)
+    );
     assert_eq!(res.statuses[0].limit_remaining, 1);
-    assert_eq!(header(&res, "ratelimit-policy"), Some("\"rl.bucket\";q=3;w=90"));
+    assert_eq!(
+        header(&res, "ratelimit-policy"),
+        Some("\"rl.bucket\";q=3;w=90")
+    );
     let blocked = ask(&mut c, request(vec![descriptor(&[("blocked", "k")])], 1)).await;
     assert_eq!(blocked.overall_code, Code::OverLimit as i32);
     server.running.shutdown().await;

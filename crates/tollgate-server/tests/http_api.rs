@@ -13,7 +13,9 @@ descriptors:
 ";
 
 fn body(value: &str) -> String {
-    format!(r#"{{"domain":"web","descriptors":[{{"entries":[{{"key":"user","value":"{value}"}}]}}]}}"#)
+    format!(
+        r#"{{"domain":"web","descriptors":[{{"entries":[{{"key":"user","value":"{value}"}}]}}]}}"#
+    )
 }
 
 #[tokio::test]
@@ -44,12 +46,24 @@ async fn bad_requests_get_400_naming_the_field() {
     let server = support::start(CONFIG).await;
     let url = server.http_url("/v1/check");
     for (input, field) in [
-        (r#"{"domain":"web","descriptors":[{"entries":[{"key":"user"}]}]}"#, "descriptors[0].entries[0]"),
-        (r#"{"domain":"web","descriptors":[{"entries":[{"key":"user","value":"a"}],"hits":-1}]}"#, "descriptors[0].hits"),
+        (
+            r#"{"domain":"web","descriptors":[{"entries":[{"key":"user"}]}]}"#,
+            "descriptors[0].entries[0]",
+        ),
+        (
+            r#"{"domain":"web","descriptors":[{"entries":[{"key":"user","value":"a"}],"hits":-1}]}"#,
+            "descriptors[0].hits",
+        ),
         (r#"{"domain":"web","descriptors":[],"extra":1}"#, "extra"),
-        (r#"{"domain":"","descriptors":[{"entries":[{"key":"k","value":"v"}]}]}"#, "domain"),
+        (
+            r#"{"domain":"","descriptors":[{"entries":[{"key":"k","value":"v"}]}]}"#,
+            "domain",
+        ),
         (r#"{"domain":"web","descriptors":[]}"#, "descriptors"),
-        (r#"{"domain":"web","descriptors":[{"entries":[]}]}"#, "descriptors[0].entries"),
+        (
+            r#"{"domain":"web","descriptors":[{"entries":[]}]}"#,
+            "descriptors[0].entries",
+        ),
     ] {
         let (status, text, _) = send("POST", &url, input).await;
         assert_eq!(status, 400, "{input}: {text}");
@@ -76,12 +90,15 @@ async fn health_and_readiness() {
 
 #[tokio::test]
 async fn metrics_scrape_parses_as_prometheus_text() {
-    let server = support::start("
+    let server = support::start(
+        "
 domain: scrape
 descriptors:
   - key: k
     rate_limit: { unit: minute, requests_per_unit: 5 }
-").await;
+",
+    )
+    .await;
     let url = server.http_url("/v1/check");
     let one = r#"{"domain":"scrape","descriptors":[{"entries":[{"key":"k","value":"v"}]}]}"#;
     for _ in 0..7 {
@@ -104,14 +121,19 @@ descriptors:
     assert_eq!(value("tollgate_server_over_limit_total"), Some(2.0));
     // Only the 5th of 5 leaves under 20 % (envoyproxy/ratelimit's mark).
     assert_eq!(value("tollgate_server_near_limit_total"), Some(1.0));
-    let histogram = scrape
-        .samples
-        .iter()
-        .find(|s| s.metric == "tollgate_server_decision_seconds" && s.labels.get("api") == Some("http"));
+    let histogram = scrape.samples.iter().find(|s| {
+        s.metric == "tollgate_server_decision_seconds" && s.labels.get("api") == Some("http")
+    });
     assert!(
-        matches!(histogram.map(|s| &s.value), Some(prometheus_parse::Value::Histogram(_))),
+        matches!(
+            histogram.map(|s| &s.value),
+            Some(prometheus_parse::Value::Histogram(_))
+        ),
         "{text}"
     );
-    assert!(scrape.samples.iter().any(|s| s.metric == "tollgate_server_config_loads_total"));
+    assert!(scrape
+        .samples
+        .iter()
+        .any(|s| s.metric == "tollgate_server_config_loads_total"));
     server.running.shutdown().await;
 }

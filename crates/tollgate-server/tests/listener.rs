@@ -30,13 +30,17 @@ async fn start() -> support::TestServer {
 }
 
 async fn connect(server: &support::TestServer) -> TcpStream {
-    TcpStream::connect(server.running.http.unwrap()).await.unwrap()
+    TcpStream::connect(server.running.http.unwrap())
+        .await
+        .unwrap()
 }
 
 fn refused(metrics: &str, reason: &str) -> bool {
-    metrics
-        .lines()
-        .any(|l| l.starts_with(&format!("tollgate_server_refused_total{{reason=\"{reason}\"}}")))
+    metrics.lines().any(|l| {
+        l.starts_with(&format!(
+            "tollgate_server_refused_total{{reason=\"{reason}\"}}"
+        ))
+    })
 }
 
 #[tokio::test]
@@ -45,34 +49,54 @@ async fn each_bound_answers_its_status_and_is_counted() {
 
     // Slowloris: headers never finish.
     let mut slow = connect(&server).await;
-    slow.write_all(b"GET /healthz HTTP/1.1\r\nHost: t\r\nX-Slow: 1").await.unwrap();
+    slow.write_all(b"GET /healthz HTTP/1.1\r\nHost: t\r\nX-Slow: 1")
+        .await
+        .unwrap();
     assert!(read_all(&mut slow).await.starts_with("HTTP/1.1 408"));
 
     // Headers too large, and too many.
     let mut big = connect(&server).await;
     let filler = "a".repeat(20 * 1024);
-    big.write_all(format!("GET /healthz HTTP/1.1\r\nHost: t\r\nX-Big: {filler}\r\n\r\n").as_bytes()).await.unwrap();
+    big.write_all(
+        format!("GET /healthz HTTP/1.1\r\nHost: t\r\nX-Big: {filler}\r\n\r\n").as_bytes(),
+    )
+    .await
+    .unwrap();
     assert!(read_all(&mut big).await.starts_with("HTTP/1.1 431"));
     let mut many = connect(&server).await;
     let fields: String = (0..40).map(|i| format!("X-F{i}: v\r\n")).collect();
-    many.write_all(format!("GET /healthz HTTP/1.1\r\nHost: t\r\n{fields}\r\n").as_bytes()).await.unwrap();
+    many.write_all(format!("GET /healthz HTTP/1.1\r\nHost: t\r\n{fields}\r\n").as_bytes())
+        .await
+        .unwrap();
     assert!(read_all(&mut many).await.starts_with("HTTP/1.1 431"));
 
     // A body over the bound, by its declared length.
     let mut body = connect(&server).await;
-    body.write_all(b"POST /v1/check HTTP/1.1\r\nHost: t\r\nContent-Length: 5000\r\n\r\n").await.unwrap();
+    body.write_all(b"POST /v1/check HTTP/1.1\r\nHost: t\r\nContent-Length: 5000\r\n\r\n")
+        .await
+        .unwrap();
     assert!(read_all(&mut body).await.starts_with("HTTP/1.1 413"));
 
     // Idle keep-alive: closed quietly after the bound, no 408.
     let mut idle = connect(&server).await;
-    idle.write_all(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n").await.unwrap();
+    idle.write_all(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")
+        .await
+        .unwrap();
     let answer = read_all(&mut idle).await;
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     assert!(!answer.contains("408"), "{answer}");
 
     let (_, metrics) = support::get(&server.http_url("/metrics")).await;
-    for reason in ["header_timeout", "headers_too_large", "body_too_large", "idle"] {
-        assert!(refused(&metrics, reason), "{reason} not counted:\n{metrics}");
+    for reason in [
+        "header_timeout",
+        "headers_too_large",
+        "body_too_large",
+        "idle",
+    ] {
+        assert!(
+            refused(&metrics, reason),
+            "{reason} not counted:\n{metrics}"
+        );
     }
     server.running.shutdown().await;
 }
@@ -103,14 +127,20 @@ async fn shutdown_drains_a_request_in_flight_and_stops_accepting() {
     let addr = server.running.http.unwrap();
     let mut in_flight = TcpStream::connect(addr).await.unwrap();
     let body = r#"{"domain":"d","descriptors":[{"entries":[{"key":"k","value":"v"}]}]}"#;
-    let head = format!("POST /v1/check HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n", body.len());
+    let head = format!(
+        "POST /v1/check HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
     in_flight.write_all(head.as_bytes()).await.unwrap();
     in_flight.write_all(&body.as_bytes()[..10]).await.unwrap();
     // Let the server read the head, so the request is in flight.
     tokio::time::sleep(Duration::from_millis(100)).await;
     let shutdown = tokio::spawn(server.running.shutdown());
     tokio::time::sleep(Duration::from_millis(100)).await;
-    assert!(TcpStream::connect(addr).await.is_err(), "still accepting after shutdown");
+    assert!(
+        TcpStream::connect(addr).await.is_err(),
+        "still accepting after shutdown"
+    );
     in_flight.write_all(&body.as_bytes()[10..]).await.unwrap();
     let answer = read_all(&mut in_flight).await;
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");

@@ -89,7 +89,10 @@ fn proxy_url(server: &support::TestServer, path: &str) -> String {
 async fn forwards_with_forwarded_headers_and_without_hop_by_hop() {
     let up = upstream().await;
     let server = proxy_to(&format!("http://{up}")).await;
-    assert_eq!(support::get(&proxy_url(&server, "/")).await, (200, "hello".into()));
+    assert_eq!(
+        support::get(&proxy_url(&server, "/")).await,
+        (200, "hello".into())
+    );
     let (status, text, _) = support::send_with(
         "GET",
         &proxy_url(&server, "/headers"),
@@ -106,7 +109,13 @@ async fn forwards_with_forwarded_headers_and_without_hop_by_hop() {
     assert_eq!(status, 200, "{text}");
     let seen: serde_json::Value = serde_json::from_str(&text).unwrap();
     assert_eq!(seen["x-forwarded-for"], "203.0.113.9, 127.0.0.1");
-    assert!(seen["forwarded"].as_str().unwrap().starts_with("for=127.0.0.1;proto=http;host="), "{seen}");
+    assert!(
+        seen["forwarded"]
+            .as_str()
+            .unwrap()
+            .starts_with("for=127.0.0.1;proto=http;host="),
+        "{seen}"
+    );
     assert_eq!(seen["x-end-to-end"], "kept");
     for gone in ["x-hop", "keep-alive"] {
         assert!(seen.get(gone).is_none(), "{gone} was forwarded: {seen}");
@@ -161,9 +170,17 @@ async fn a_100_mib_upload_streams_through_with_bounded_memory() {
     let server = proxy_within(&format!("http://{up}"), Duration::from_secs(120)).await;
     let before = peak_rss_kib();
     let chunk = Bytes::from(vec![7u8; MIB]);
-    let chunks = futures_util::stream::iter((0..100).map(move |_| Ok::<_, std::convert::Infallible>(http_body::Frame::data(chunk.clone()))));
-    let stream = tokio::net::TcpStream::connect(server.running.proxy.unwrap()).await.unwrap();
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await.unwrap();
+    let chunks =
+        futures_util::stream::iter((0..100).map(move |_| {
+            Ok::<_, std::convert::Infallible>(http_body::Frame::data(chunk.clone()))
+        }));
+    let stream = tokio::net::TcpStream::connect(server.running.proxy.unwrap())
+        .await
+        .unwrap();
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .unwrap();
     tokio::spawn(conn);
     let req = http::Request::post("/upload")
         .header("host", "proxy")
@@ -174,6 +191,9 @@ async fn a_100_mib_upload_streams_through_with_bounded_memory() {
     let body = res.into_body().collect().await.unwrap().to_bytes();
     assert_eq!(body, (100 * MIB).to_string().as_bytes());
     let grown_mib = (peak_rss_kib() - before) / 1024;
-    assert!(grown_mib < 50, "peak memory grew by {grown_mib} MiB for a 100 MiB body");
+    assert!(
+        grown_mib < 50,
+        "peak memory grew by {grown_mib} MiB for a 100 MiB body"
+    );
     server.running.shutdown().await;
 }

@@ -39,12 +39,18 @@ async fn valid_change_invalid_file_and_removed_rule() {
     let path = server.config_path();
     assert_eq!(engine.check(&ask("a")).await.unwrap().overall, Code::Ok);
     assert_eq!(engine.check(&ask("b")).await.unwrap().overall, Code::Ok);
-    assert_eq!(engine.check(&ask("a")).await.unwrap().overall, Code::OverLimit);
+    assert_eq!(
+        engine.check(&ask("a")).await.unwrap().overall,
+        Code::OverLimit
+    );
 
     // b changes, a does not: a keeps its state, b starts afresh.
     std::fs::write(&path, V1.replacen("requests_per_unit: 1 }\n  - key: b\n    rate_limit: { unit: minute, requests_per_unit: 1", "requests_per_unit: 1 }\n  - key: b\n    rate_limit: { unit: minute, requests_per_unit: 3", 1)).unwrap();
     reload(engine, &path).unwrap();
-    assert_eq!(engine.check(&ask("a")).await.unwrap().overall, Code::OverLimit);
+    assert_eq!(
+        engine.check(&ask("a")).await.unwrap().overall,
+        Code::OverLimit
+    );
     let b = engine.check(&ask("b")).await.unwrap();
     assert_eq!(b.statuses[0].remaining, Some(2));
 
@@ -52,9 +58,15 @@ async fn valid_change_invalid_file_and_removed_rule() {
     std::fs::write(&path, "domain: d\ndescriptors:\n  - key: a\n    rate_limit: { unit: lightyear, requests_per_unit: 1 }\n").unwrap();
     let err = reload(engine, &path).unwrap_err();
     assert_eq!(err.line, 4, "{err}");
-    assert_eq!(engine.check(&ask("a")).await.unwrap().overall, Code::OverLimit);
+    assert_eq!(
+        engine.check(&ask("a")).await.unwrap().overall,
+        Code::OverLimit
+    );
     let (_, metrics) = support::get(&server.http_url("/metrics")).await;
-    assert!(metrics.contains("tollgate_server_config_loads_total{result=\"error\"}"), "{metrics}");
+    assert!(
+        metrics.contains("tollgate_server_config_loads_total{result=\"error\"}"),
+        "{metrics}"
+    );
 
     // a removed: no limit any more.
     std::fs::write(&path, "domain: d\ndescriptors:\n  - key: b\n    rate_limit: { unit: minute, requests_per_unit: 3 }\n").unwrap();
@@ -74,13 +86,22 @@ async fn a_changed_file_is_picked_up_by_the_watcher() {
     std::fs::write(server.config_path(), V1.replace("key: b", "key: c")).unwrap();
     let mut seen = false;
     for _ in 0..200 {
-        if engine.config().describe().iter().any(|l| l.starts_with("d.c:")) {
+        if engine
+            .config()
+            .describe()
+            .iter()
+            .any(|l| l.starts_with("d.c:"))
+        {
             seen = true;
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert!(seen, "the watcher never reloaded: {:?}", engine.config().describe());
+    assert!(
+        seen,
+        "the watcher never reloaded: {:?}",
+        engine.config().describe()
+    );
     server.running.shutdown().await;
 }
 
@@ -92,23 +113,40 @@ struct Gated {
 }
 
 impl Backend for Gated {
-    fn check(&self, key: &str, policy: &Policy, cost: u64) -> impl Future<Output = Result<Decision, BackendError>> + Send {
-        async move {
-            self.parked.fetch_add(1, Ordering::SeqCst);
-            let _permit = self.gate.acquire().await.expect("the gate stays open");
-            self.inner.check(key, policy, cost).await
-        }
+    async fn check(&self, key: &str, policy: &Policy, cost: u64) -> Result<Decision, BackendError> {
+        self.parked.fetch_add(1, Ordering::SeqCst);
+        let _permit = self.gate.acquire().await.expect("the gate stays open");
+        self.inner.check(key, policy, cost).await
     }
-    fn reset(&self, key: &str, policy: &Policy) -> impl Future<Output = Result<(), BackendError>> + Send {
+    fn reset(
+        &self,
+        key: &str,
+        policy: &Policy,
+    ) -> impl Future<Output = Result<(), BackendError>> + Send {
         self.inner.reset(key, policy)
     }
-    fn refund(&self, key: &str, policy: &Policy, cost: u64) -> impl Future<Output = Result<Decision, BackendError>> + Send {
+    fn refund(
+        &self,
+        key: &str,
+        policy: &Policy,
+        cost: u64,
+    ) -> impl Future<Output = Result<Decision, BackendError>> + Send {
         self.inner.refund(key, policy, cost)
     }
-    fn force(&self, key: &str, policy: &Policy, cost: u64) -> impl Future<Output = Result<Decision, BackendError>> + Send {
+    fn force(
+        &self,
+        key: &str,
+        policy: &Policy,
+        cost: u64,
+    ) -> impl Future<Output = Result<Decision, BackendError>> + Send {
         self.inner.force(key, policy, cost)
     }
-    fn lease(&self, key: &str, policy: &Policy, max: u64) -> impl Future<Output = Result<Lease, BackendError>> + Send {
+    fn lease(
+        &self,
+        key: &str,
+        policy: &Policy,
+        max: u64,
+    ) -> impl Future<Output = Result<Lease, BackendError>> + Send {
         self.inner.lease(key, policy, max)
     }
 }
@@ -131,11 +169,27 @@ async fn a_request_in_flight_finishes_under_its_configuration() {
     while parked.load(Ordering::SeqCst) == 0 {
         tokio::task::yield_now().await;
     }
-    engine.replace_config(Config::parse("v2", &V1.replace("requests_per_unit: 1", "requests_per_unit: 7")).unwrap());
+    engine.replace_config(
+        Config::parse(
+            "v2",
+            &V1.replace("requests_per_unit: 1", "requests_per_unit: 7"),
+        )
+        .unwrap(),
+    );
     gate.add_permits(10);
     let old = in_flight.await.unwrap();
     let limit = old.statuses[0].limit.as_ref().unwrap().limit.unwrap();
     assert_eq!(limit.quota.limit(), 1, "the request started under v1");
     let new = engine.check(&ask("b")).await.unwrap();
-    assert_eq!(new.statuses[0].limit.as_ref().unwrap().limit.unwrap().quota.limit(), 7);
+    assert_eq!(
+        new.statuses[0]
+            .limit
+            .as_ref()
+            .unwrap()
+            .limit
+            .unwrap()
+            .quota
+            .limit(),
+        7
+    );
 }

@@ -75,5 +75,8 @@ async fn memory_and_redis_decide_alike() {
     let memory = run("memory").await;
     let shared = run(&redis.url()).await;
     assert_eq!(memory, shared);
-    assert!(memory.iter().any(|d| d.starts_with("OverLimit")), "the script must reach the limits");
+    assert!(
+        memory.iter().any(|d| d.starts_with("OverLimit")),
+        "the script must reach the limits"
+    );
 }

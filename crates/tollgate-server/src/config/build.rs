@@ -135,7 +135,9 @@ impl Builder<'_> {
         if duplicate {
             return Err(self.error(
                 at,
-                format!("duplicate descriptor `{path}`: the same key and value twice at this level"),
+                format!(
+                    "duplicate descriptor `{path}`: the same key and value twice at this level"
+                ),
             ));
         }
         Ok(())

@@ -21,7 +21,7 @@ pub fn describe_period(ns: u64) -> String {
     let (unit_ns, name) = NAMED
         .iter()
         .copied()
-        .find(|(unit_ns, _)| ns % unit_ns == 0)
+        .find(|(unit_ns, _)| ns.is_multiple_of(*unit_ns))
         .unwrap_or((1, "nanosecond"));
     match ns / unit_ns {
         1 => name.to_string(),

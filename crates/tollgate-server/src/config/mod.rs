@@ -125,6 +125,8 @@ impl Config {
     /// One line per configured limit and HTTP rule, in words.
     pub fn describe(&self) -> Vec<String> {
         let limits = self.entries.iter().map(|e| describe::describe_entry(e));
-        limits.chain(self.http_descriptions.iter().cloned()).collect()
+        limits
+            .chain(self.http_descriptions.iter().cloned())
+            .collect()
     }
 }

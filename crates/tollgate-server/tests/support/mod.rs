@@ -63,11 +63,21 @@ pub async fn send(method: &str, url: &str, body: &str) -> (u16, String, http::He
 }
 
 /// As [`send`], with extra request header fields.
-pub async fn send_with(method: &str, url: &str, body: &str, extra: &[(&str, &str)]) -> (u16, String, http::HeaderMap) {
+pub async fn send_with(
+    method: &str,
+    url: &str,
+    body: &str,
+    extra: &[(&str, &str)],
+) -> (u16, String, http::HeaderMap) {
     use http_body_util::{BodyExt, Full};
     let uri: http::Uri = url.parse().unwrap();
-    let stream = tokio::net::TcpStream::connect(uri.authority().unwrap().as_str()).await.unwrap();
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await.unwrap();
+    let stream = tokio::net::TcpStream::connect(uri.authority().unwrap().as_str())
+        .await
+        .unwrap();
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .unwrap();
     tokio::spawn(conn);
     let mut req = http::Request::builder();
     for (k, v) in extra {
@@ -84,7 +94,11 @@ pub async fn send_with(method: &str, url: &str, body: &str, extra: &[(&str, &str
     let status = res.status().as_u16();
     let headers = res.headers().clone();
     let bytes = res.into_body().collect().await.unwrap().to_bytes();
-    (status, String::from_utf8_lossy(&bytes).into_owned(), headers)
+    (
+        status,
+        String::from_utf8_lossy(&bytes).into_owned(),
+        headers,
+    )
 }
 
 pub async fn get(url: &str) -> (u16, String) {
