@@ -10,9 +10,11 @@ use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use http::{Request, Response};
 use http_body_util::Full;
-use tollgate::{Algorithm, Limit, MemoryBackend, Quota};
-use tollgate_http::{Key, Matcher, PeerAddr, RateLimit, Rule};
+use tollgate::MemoryBackend;
+use tollgate_http::{PeerAddr, RateLimit};
 use tower::{service_fn, Layer, Service, ServiceExt};
+
+mod bench_rules;
 
 const KEYS: u32 = 10_000;
 
@@ -36,21 +38,8 @@ fn handler(
 }
 
 fn layer(rules: usize, refuse: bool) -> RateLimit<MemoryBackend> {
-    let quota = if refuse {
-        Quota::per_hour(1).unwrap()
-    } else {
-        Quota::per_second(1_000_000).unwrap()
-    };
-    let all = [
-        Rule::new("per-ip", Limit::new(Algorithm::Gcra, quota)).key(Key::ip()),
-        Rule::new("per-key", Limit::new(Algorithm::TokenBucket, quota))
-            .matcher(Matcher::any().path_prefix("/v1"))
-            .key(Key::header("x-api-key")),
-        Rule::new("per-route", Limit::new(Algorithm::SlidingCounter, quota))
-            .key(Key::all([Key::header("x-api-key"), Key::constant("items")])),
-    ];
     let mut builder = RateLimit::builder(MemoryBackend::new());
-    for rule in all.into_iter().take(rules) {
+    for rule in bench_rules::rules(refuse).into_iter().take(rules) {
         builder = builder.rule(rule);
     }
     builder.build().unwrap()
@@ -77,6 +66,11 @@ fn bench(c: &mut Criterion) {
             for k in 0..KEYS {
                 runtime.block_on(svc.clone().oneshot(request(k))).unwrap();
             }
+            let status = runtime
+                .block_on(svc.clone().oneshot(request(0)))
+                .unwrap()
+                .status();
+            assert_eq!(status.as_u16(), if refuse { 429 } else { 200 });
             let name = if refuse { "refusing" } else { "admitting" };
             group.bench_function(BenchmarkId::new(name, format!("{rules} rule(s)")), |b| {
                 b.iter(|| {

@@ -18,11 +18,11 @@ use tollgate::{Backend, BackendError, Decision, Policy, RetryAfter};
 
 use crate::answer::{Reason, Refusal};
 use crate::fields::{
-    limit_field, policy_field, retry_after_secs, secs_up, LimitItem, PolicyItem, RATELIMIT,
-    RATELIMIT_POLICY, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET,
+    retry_after_secs, secs_up, write_limit_item, write_policy_item, LimitItem, PolicyItem,
+    RATELIMIT, RATELIMIT_POLICY, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET,
 };
 use crate::layer::Gate;
-use crate::observe::{count, settle_failed, Outcome};
+use crate::observe::{Op, Outcome};
 use crate::{
     digest, digest_bytes, CostError, Fallback, KeyError, LimitBody, MissingKey, Mode, OnStoreError,
     RequestView,
@@ -48,22 +48,6 @@ pub(crate) struct Entry {
     shown: bool,
 }
 
-/// A settlement after the decision.
-#[derive(Clone, Copy)]
-enum Op {
-    Refund,
-    Force,
-}
-
-impl Op {
-    fn name(self) -> &'static str {
-        match self {
-            Op::Refund => "refund",
-            Op::Force => "force",
-        }
-    }
-}
-
 /// The layer's verdict on a request.
 pub(crate) enum Verdict {
     /// Pass the request on, after `delay` nanoseconds.
@@ -85,8 +69,12 @@ impl<B: Backend> Gate<B> {
             if !rule.matcher.matches(view) {
                 continue;
             }
-            let key = match rule.key.derive(view, &self.client_ip) {
-                Ok(key) => key,
+            // The rule's name keeps rules with equal policies apart in one store.
+            let mut key = String::with_capacity(rule.name.len() + 48);
+            key.push_str(&rule.name);
+            key.push('|');
+            match rule.key.derive_into(view, &self.client_ip, &mut key) {
+                Ok(()) => {}
                 Err(KeyError::Missing(_)) if rule.on_missing_key == MissingKey::Skip => continue,
                 Err(e) => {
                     return Err(self.bad_request(i, StatusCode::BAD_REQUEST, Reason::BadKey(e)))
@@ -99,8 +87,6 @@ impl<B: Backend> Gate<B> {
                 };
                 self.bad_request(i, status, Reason::BadCost(e))
             })?;
-            // The rule's name keeps rules with equal policies apart in one store.
-            let key = format!("{}|{key}", rule.name);
             plan.push(Planned { rule: i, key, cost });
         }
         Ok(plan)
@@ -108,7 +94,7 @@ impl<B: Backend> Gate<B> {
 
     fn bad_request(&self, rule: usize, status: StatusCode, reason: Reason) -> Refusal {
         let compiled = &self.rules[rule];
-        count(&compiled.metric, Outcome::BadRequest);
+        compiled.metrics.count(Outcome::BadRequest);
         Refusal {
             status,
             rule: compiled.rule.name.clone(),
@@ -141,7 +127,7 @@ impl<B: Backend> Gate<B> {
                     tracing::warn!(rule = %compiled.rule.name, key = %digest(key.as_bytes()), %error,
                         fail = if closed { "closed" } else { "open" }, "rate limit store failed");
                     if closed {
-                        count(&compiled.metric, Outcome::FailedClosed);
+                        compiled.metrics.count(Outcome::FailedClosed);
                         self.refund_all(&mut entries).await;
                         let retry_after = self.options.unavailable_retry_after;
                         return self.refuse(
@@ -151,7 +137,7 @@ impl<B: Backend> Gate<B> {
                             entries,
                         );
                     }
-                    count(&compiled.metric, Outcome::FailedOpen);
+                    compiled.metrics.count(Outcome::FailedOpen);
                     continue;
                 }
             };
@@ -164,28 +150,23 @@ impl<B: Backend> Gate<B> {
                 shown: !shadow,
             };
             if decision.allowed {
-                count(&compiled.metric, Outcome::Allowed);
+                compiled.metrics.count(Outcome::Allowed);
                 if !shadow {
                     delay = delay.max(decision.delay);
                 }
                 entries.push(entry);
                 continue;
             }
-            tracing::event!(
-                target: "tollgate_http",
-                tracing::Level::INFO,
-                rule = %compiled.rule.name,
-                key = %digest(entry.key.as_bytes()),
-                cost,
-                remaining = decision.remaining,
-                retry_after_ms = decision.retry_after.as_nanos().map(|ns| ns.div_ceil(1_000_000)),
-                shadow,
-                "request denied"
-            );
             if shadow {
-                count(&compiled.metric, Outcome::ShadowDenied);
+                // What a dark launch is for: seen at the default level.
+                tracing::info!(rule = %compiled.rule.name, key = %digest(entry.key.as_bytes()), cost,
+                    remaining = decision.remaining, retry_after_ms = retry_ms(&decision), "shadow rule would deny");
+                compiled.metrics.count(Outcome::ShadowDenied);
                 continue;
             }
+            // Denials come in floods under attack: debug, and counted.
+            tracing::debug!(rule = %compiled.rule.name, key = %digest(entry.key.as_bytes()), cost,
+                remaining = decision.remaining, retry_after_ms = retry_ms(&decision), "request denied");
             self.refund_all(&mut entries).await;
             entries.push(entry);
             let (outcome, status, reason) = match decision.retry_after {
@@ -207,7 +188,7 @@ impl<B: Backend> Gate<B> {
                     Reason::Limited { retry_after: 1 },
                 ),
             };
-            count(&compiled.metric, outcome);
+            compiled.metrics.count(outcome);
             return self.refuse(rule, status, reason, entries);
         }
         Verdict::Admit { entries, delay }
@@ -254,7 +235,7 @@ impl<B: Backend> Gate<B> {
                     entry.charged = false;
                 }
                 Err(error) => {
-                    settle_failed(&compiled.metric, Op::Refund.name());
+                    compiled.metrics.settle_failed(Op::Refund);
                     tracing::warn!(rule = %compiled.rule.name, key = %digest(entry.key.as_bytes()), %error, "refund failed; the charge stands");
                 }
             }
@@ -266,7 +247,7 @@ impl<B: Backend> Gate<B> {
     pub(crate) async fn abandon(&self, mut entries: Vec<Entry>) {
         self.refund_all(&mut entries).await;
         for entry in &entries {
-            count(&self.rules[entry.rule].metric, Outcome::Abandoned);
+            self.rules[entry.rule].metrics.count(Outcome::Abandoned);
         }
     }
 
@@ -301,7 +282,7 @@ impl<B: Backend> Gate<B> {
                     entry.cost = actual;
                 }
                 Err(error) => {
-                    settle_failed(&compiled.metric, op.name());
+                    compiled.metrics.settle_failed(op);
                     tracing::warn!(rule = %compiled.rule.name, key = %digest(entry.key.as_bytes()), %error, op = op.name(), "reconciling the cost failed");
                 }
             }
@@ -358,58 +339,70 @@ impl<B: Backend> Gate<B> {
     }
 
     fn write_fields(&self, headers: &mut HeaderMap, entries: &[Entry]) {
-        let shown: Vec<&Entry> = entries.iter().filter(|e| e.shown).collect();
-        if shown.is_empty() {
-            return;
-        }
-        let partitions: Vec<Option<[u8; 8]>> = shown
-            .iter()
-            .map(|e| {
-                self.rules[e.rule].rule.partition_key.then(|| {
-                    let mut pk = [0; 8];
-                    pk.copy_from_slice(&digest_bytes(e.key.as_bytes())[..8]);
-                    pk
-                })
-            })
-            .collect();
-        let mut policies = Vec::with_capacity(shown.len());
-        let mut limits = Vec::with_capacity(shown.len());
-        for (entry, pk) in shown.iter().zip(&partitions) {
+        let mut policy = String::new();
+        let mut limit = String::new();
+        // The legacy fields follow the rule with the least left.
+        let mut tightest: Option<(u64, u64, u64)> = None;
+        for entry in entries.iter().filter(|e| e.shown) {
             let compiled = &self.rules[entry.rule];
             let name = &*compiled.rule.name;
-            let partition = pk.as_ref().map(|p| &p[..]);
-            policies.push(PolicyItem {
-                name,
-                quota: compiled.quota,
-                window: compiled.window,
-                unit: compiled.rule.unit.as_deref(),
-                partition,
-            });
-            limits.push(LimitItem {
-                name,
-                remaining: entry.decision.remaining,
-                reset: reset_secs(&entry.decision),
-                partition,
-            });
-        }
-        if let Ok(v) = HeaderValue::try_from(policy_field(&policies)) {
-            headers.insert(RATELIMIT_POLICY, v);
-        }
-        if let Ok(v) = HeaderValue::try_from(limit_field(&limits)) {
-            headers.insert(RATELIMIT, v);
-        }
-        if self.options.legacy_fields {
-            let tightest = policies
-                .iter()
-                .zip(&limits)
-                .min_by_key(|(_, l)| l.remaining);
-            if let Some((p, l)) = tightest {
-                headers.insert(X_RATELIMIT_LIMIT, HeaderValue::from(p.quota));
-                headers.insert(X_RATELIMIT_REMAINING, HeaderValue::from(l.remaining));
-                headers.insert(X_RATELIMIT_RESET, HeaderValue::from(l.reset));
+            let digest = compiled
+                .rule
+                .partition_key
+                .then(|| digest_bytes(entry.key.as_bytes()));
+            let partition = digest.as_ref().map(|d| &d[..8]);
+            if !policy.is_empty() {
+                policy.push_str(", ");
+                limit.push_str(", ");
+            }
+            match partition {
+                None => policy.push_str(&compiled.policy_member),
+                Some(_) => write_policy_item(
+                    &mut policy,
+                    &PolicyItem {
+                        name,
+                        quota: compiled.quota,
+                        window: compiled.window,
+                        unit: compiled.rule.unit.as_deref(),
+                        partition,
+                    },
+                ),
+            }
+            let (remaining, reset) = (entry.decision.remaining, reset_secs(&entry.decision));
+            write_limit_item(
+                &mut limit,
+                &LimitItem {
+                    name,
+                    remaining,
+                    reset,
+                    partition,
+                },
+            );
+            if tightest.map_or(true, |(_, r, _)| remaining < r) {
+                tightest = Some((compiled.quota, remaining, reset));
             }
         }
+        let Some((quota, remaining, reset)) = tightest else {
+            return;
+        };
+        if let (Ok(p), Ok(l)) = (HeaderValue::try_from(policy), HeaderValue::try_from(limit)) {
+            headers.insert(RATELIMIT_POLICY, p);
+            headers.insert(RATELIMIT, l);
+        }
+        if self.options.legacy_fields {
+            headers.insert(X_RATELIMIT_LIMIT, HeaderValue::from(quota));
+            headers.insert(X_RATELIMIT_REMAINING, HeaderValue::from(remaining));
+            headers.insert(X_RATELIMIT_RESET, HeaderValue::from(reset));
+        }
     }
+}
+
+/// A denial's wait in milliseconds, rounded up; `None` for never.
+fn retry_ms(decision: &Decision) -> Option<u64> {
+    decision
+        .retry_after
+        .as_nanos()
+        .map(|ns| ns.div_ceil(1_000_000))
 }
 
 /// `t`: for a denial, when the same request would be admitted (the

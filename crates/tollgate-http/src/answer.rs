@@ -89,20 +89,36 @@ pub type BodyWriter = Arc<dyn Fn(&Refusal) -> (HeaderValue, Bytes) + Send + Sync
 /// `title`, `status`, `detail`, and the extension members `rule` and, when
 /// there is one, `retry_after`.
 pub fn problem_json(refusal: &Refusal) -> (HeaderValue, Bytes) {
-    let mut body = serde_json::json!({
-        "type": "about:blank",
-        "title": refusal.status.canonical_reason().unwrap_or("Error"),
-        "status": refusal.status.as_u16(),
-        "detail": refusal.detail(),
-        "rule": &*refusal.rule,
-    });
-    if let Some(secs) = refusal.retry_after() {
-        body["retry_after"] = secs.into();
+    let problem = Problem {
+        kind: "about:blank",
+        title: refusal.status.canonical_reason().unwrap_or("Error"),
+        status: refusal.status.as_u16(),
+        detail: refusal.detail(),
+        rule: &refusal.rule,
+        retry_after: refusal.retry_after(),
+    };
+    // One allocation for the usual answer.
+    let mut body = Vec::with_capacity(256);
+    if serde_json::to_writer(&mut body, &problem).is_err() {
+        body.clear();
     }
     (
         HeaderValue::from_static("application/problem+json"),
-        Bytes::from(body.to_string()),
+        Bytes::from(body),
     )
+}
+
+/// RFC 9457 problem details, serialized without building a JSON tree.
+#[derive(serde::Serialize)]
+struct Problem<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    title: &'static str,
+    status: u16,
+    detail: String,
+    rule: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    retry_after: Option<u64>,
 }
 
 #[cfg(test)]

@@ -10,14 +10,19 @@ use pin_project_lite::pin_project;
 
 pin_project! {
     /// The inner service's body, or the few bytes of a refusal.
+    pub struct LimitBody<B> {
+        #[pin]
+        kind: Kind<B>,
+    }
+}
+
+pin_project! {
     #[project = Proj]
-    pub enum LimitBody<B> {
-        /// The inner service answered.
+    enum Kind<B> {
         Inner {
             #[pin]
             body: B,
         },
-        /// The layer answered.
         Answer {
             bytes: Option<Bytes>,
         },
@@ -26,12 +31,15 @@ pin_project! {
 
 impl<B> LimitBody<B> {
     pub(crate) fn inner(body: B) -> Self {
-        LimitBody::Inner { body }
+        LimitBody {
+            kind: Kind::Inner { body },
+        }
     }
 
     pub(crate) fn answer(bytes: Bytes) -> Self {
-        LimitBody::Answer {
-            bytes: (!bytes.is_empty()).then_some(bytes),
+        let bytes = (!bytes.is_empty()).then_some(bytes);
+        LimitBody {
+            kind: Kind::Answer { bytes },
         }
     }
 }
@@ -44,23 +52,23 @@ impl<B: Body<Data = Bytes>> Body for LimitBody<B> {
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-        match self.project() {
+        match self.project().kind.project() {
             Proj::Inner { body } => body.poll_frame(cx),
             Proj::Answer { bytes } => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
         }
     }
 
     fn is_end_stream(&self) -> bool {
-        match self {
-            LimitBody::Inner { body } => body.is_end_stream(),
-            LimitBody::Answer { bytes } => bytes.is_none(),
+        match &self.kind {
+            Kind::Inner { body } => body.is_end_stream(),
+            Kind::Answer { bytes } => bytes.is_none(),
         }
     }
 
     fn size_hint(&self) -> SizeHint {
-        match self {
-            LimitBody::Inner { body } => body.size_hint(),
-            LimitBody::Answer { bytes } => {
+        match &self.kind {
+            Kind::Inner { body } => body.size_hint(),
+            Kind::Answer { bytes } => {
                 SizeHint::with_exact(bytes.as_ref().map_or(0, |b| b.len() as u64))
             }
         }

@@ -22,8 +22,6 @@
 //! assert_eq!(retry_after_secs(600_000_000), 1); // 0.6 s is 1 s, never 0
 //! ```
 
-use std::fmt::Write;
-
 use base64::Engine;
 use http::HeaderName;
 
@@ -86,11 +84,15 @@ pub fn valid_name(name: &str) -> bool {
 
 fn sf_string(out: &mut String, s: &str) {
     out.push('"');
-    for c in s.chars() {
-        if c == '"' || c == '\\' {
-            out.push('\\');
+    if s.contains(['"', '\\']) {
+        for c in s.chars() {
+            if c == '"' || c == '\\' {
+                out.push('\\');
+            }
+            out.push(c);
         }
-        out.push(c);
+    } else {
+        out.push_str(s);
     }
     out.push('"');
 }
@@ -103,40 +105,71 @@ fn sf_bytes(out: &mut String, bytes: &[u8]) {
 
 /// The `RateLimit-Policy` value listing `items`.
 pub fn policy_field(items: &[PolicyItem<'_>]) -> String {
-    let mut out = String::new();
-    for (i, p) in items.iter().enumerate() {
-        if i > 0 {
-            out.push_str(", ");
-        }
-        sf_string(&mut out, p.name);
-        let _ = write!(out, ";q={};w={}", p.quota, p.window);
-        if let Some(unit) = p.unit {
-            out.push_str(";qu=");
-            sf_string(&mut out, unit);
-        }
-        if let Some(pk) = p.partition {
-            out.push_str(";pk=");
-            sf_bytes(&mut out, pk);
-        }
-    }
-    out
+    join(items, write_policy_item)
 }
 
 /// The `RateLimit` value listing `items`.
 pub fn limit_field(items: &[LimitItem<'_>]) -> String {
+    join(items, write_limit_item)
+}
+
+fn join<T>(items: &[T], write: fn(&mut String, &T)) -> String {
     let mut out = String::new();
-    for (i, l) in items.iter().enumerate() {
+    for (i, item) in items.iter().enumerate() {
         if i > 0 {
             out.push_str(", ");
         }
-        sf_string(&mut out, l.name);
-        let _ = write!(out, ";r={};t={}", l.remaining, l.reset);
-        if let Some(pk) = l.partition {
-            out.push_str(";pk=");
-            sf_bytes(&mut out, pk);
-        }
+        write(&mut out, item);
     }
     out
+}
+
+/// Appends one `RateLimit-Policy` member to `out`.
+pub fn write_policy_item(out: &mut String, p: &PolicyItem<'_>) {
+    write_member(
+        out,
+        p.name,
+        [("q", p.quota), ("w", p.window)],
+        p.unit,
+        p.partition,
+    );
+}
+
+/// Appends one `RateLimit` member to `out`.
+pub fn write_limit_item(out: &mut String, l: &LimitItem<'_>) {
+    write_member(
+        out,
+        l.name,
+        [("r", l.remaining), ("t", l.reset)],
+        None,
+        l.partition,
+    );
+}
+
+/// `"name";a=1;b=2;qu="unit";pk=:bytes:`.
+fn write_member(
+    out: &mut String,
+    name: &str,
+    numbers: [(&str, u64); 2],
+    unit: Option<&str>,
+    partition: Option<&[u8]>,
+) {
+    let mut digits = itoa::Buffer::new();
+    sf_string(out, name);
+    for (key, value) in numbers {
+        out.push(';');
+        out.push_str(key);
+        out.push('=');
+        out.push_str(digits.format(value));
+    }
+    if let Some(unit) = unit {
+        out.push_str(";qu=");
+        sf_string(out, unit);
+    }
+    if let Some(pk) = partition {
+        out.push_str(";pk=");
+        sf_bytes(out, pk);
+    }
 }
 
 #[cfg(test)]
@@ -151,6 +184,18 @@ mod tests {
         assert_eq!(secs_up(NS_PER_SEC + 1), 2);
         assert_eq!(retry_after_secs(0), 1);
         assert_eq!(retry_after_secs(u64::MAX), u64::MAX.div_ceil(NS_PER_SEC));
+    }
+
+    proptest::proptest! {
+        // A client that waits what it is told is never early, and never
+        // waits a whole second too long.
+        #[test]
+        fn retry_after_is_never_early(ns in 0u64..u64::MAX / 2) {
+            let secs = retry_after_secs(ns);
+            proptest::prop_assert!(secs >= 1);
+            proptest::prop_assert!(u128::from(secs) * 1_000_000_000 >= u128::from(ns));
+            proptest::prop_assert!(u128::from(secs - 1) * 1_000_000_000 < u128::from(ns.max(1)));
+        }
     }
 
     #[test]

@@ -17,6 +17,7 @@
 //! assert_eq!(client, Some("203.0.113.7".parse().unwrap())); // never the spoofed 6.6.6.6
 //! ```
 
+use std::fmt::Write;
 use std::net::IpAddr;
 
 use ipnet::IpNet;
@@ -172,15 +173,36 @@ impl IpPrefix {
     /// for a full-length prefix, `network/len` otherwise. Lengths past the
     /// family's width count as the full width.
     pub fn network(&self, ip: IpAddr) -> String {
+        let mut out = String::new();
+        self.write_network(ip, &mut out);
+        out
+    }
+
+    /// [`network`](IpPrefix::network), appended to `out`.
+    pub fn write_network(&self, ip: IpAddr, out: &mut String) {
         let (len, full) = match ip {
             IpAddr::V4(_) => (self.v4.min(32), 32),
             IpAddr::V6(_) => (self.v6.min(128), 128),
         };
-        let net = IpNet::new(ip, len).map_or(IpNet::from(ip), |n| n.trunc());
-        if len == full {
-            net.addr().to_string()
-        } else {
-            net.to_string()
+        match ip {
+            // The common case, on every request: no formatting machinery.
+            IpAddr::V4(v4) if len == full => {
+                let mut digits = itoa::Buffer::new();
+                for (i, octet) in v4.octets().into_iter().enumerate() {
+                    if i > 0 {
+                        out.push('.');
+                    }
+                    out.push_str(digits.format(octet));
+                }
+            }
+            _ => {
+                let net = IpNet::new(ip, len).map_or(IpNet::from(ip), |n| n.trunc());
+                let _ = if len == full {
+                    write!(out, "{}", net.addr())
+                } else {
+                    write!(out, "{net}")
+                };
+            }
         }
     }
 }
@@ -278,10 +300,27 @@ mod tests {
         );
     }
 
+    proptest::proptest! {
+        // Whatever a client writes in front of the hops our proxies append,
+        // its key does not change.
+        #[test]
+        fn a_client_cannot_choose_its_address(spoof in "[ -~]{0,80}", client in proptest::prelude::any::<[u8; 4]>()) {
+            let ip = xff_behind(&["10.0.0.0/8"]);
+            let client = IpAddr::from(client);
+            proptest::prop_assume!(!ip.trusts(client));
+            let honest = format!("{client}, 10.0.0.7");
+            let spoofed = format!("{spoof}, {client}, 10.0.0.7");
+            proptest::prop_assert_eq!(resolve(&ip, "10.0.0.1", &[&honest]), Some(client));
+            proptest::prop_assert_eq!(resolve(&ip, "10.0.0.1", &[&spoof, &honest]), Some(client));
+            proptest::prop_assert_eq!(resolve(&ip, "10.0.0.1", &[&spoofed]), Some(client));
+        }
+    }
+
     #[test]
     fn prefixes() {
         let p = IpPrefix::default();
         assert_eq!(p.network("192.0.2.9".parse().unwrap()), "192.0.2.9");
+        assert_eq!(p.network("0.10.255.1".parse().unwrap()), "0.10.255.1");
         assert_eq!(
             p.network("2001:db8:1:2:aaaa::1".parse().unwrap()),
             "2001:db8:1:2::/64"

@@ -144,14 +144,33 @@ impl Key {
     /// The key of `view`, with the client's address found by `client_ip`.
     pub fn derive(&self, view: &RequestView<'_>, client_ip: &ClientIp) -> Result<String, KeyError> {
         let mut out = String::new();
-        self.write(view, client_ip, &mut out)?;
-        if out.len() > MAX_KEY_BYTES {
-            return Err(KeyError::TooLong {
-                from: self.describe(),
-                len: out.len(),
-            });
-        }
+        self.derive_into(view, client_ip, &mut out)?;
         Ok(out)
+    }
+
+    /// [`derive`](Key::derive), appending the key to `out` (left as it was
+    /// on error).
+    pub fn derive_into(
+        &self,
+        view: &RequestView<'_>,
+        client_ip: &ClientIp,
+        out: &mut String,
+    ) -> Result<(), KeyError> {
+        let start = out.len();
+        let written = self.write(view, client_ip, out).and_then(|()| {
+            let len = out.len() - start;
+            if len > MAX_KEY_BYTES {
+                return Err(KeyError::TooLong {
+                    from: self.describe(),
+                    len,
+                });
+            }
+            Ok(())
+        });
+        if written.is_err() {
+            out.truncate(start);
+        }
+        written
     }
 
     fn write(
@@ -166,7 +185,7 @@ impl Key {
                     .resolve(view)
                     .ok_or_else(|| KeyError::Missing(self.describe()))?;
                 out.push_str("ip=");
-                out.push_str(&prefix.network(ip));
+                prefix.write_network(ip, out);
             }
             Key::Header(h) => {
                 let value = view

@@ -4,12 +4,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::StatusCode;
-use metrics::SharedString;
 use tollgate::{Backend, BackendError};
 use tower_layer::Layer;
 
 use crate::answer::{problem_json, BodyWriter};
-use crate::fields::{secs_up, valid_name};
+use crate::fields::{secs_up, valid_name, write_policy_item, PolicyItem};
+use crate::observe::RuleMetrics;
 use crate::{ClientIp, KillSwitch, RateLimitService, Rule};
 
 /// Rate limiting for a tower service (an axum `Router`, a hyper service):
@@ -195,20 +195,36 @@ pub(crate) struct Gate<B> {
 /// A rule with what its answers need worked out once.
 pub(crate) struct Compiled {
     pub(crate) rule: Rule,
-    /// The name as a metric label, shared rather than copied per request.
-    pub(crate) metric: SharedString,
+    /// The rule's metric keys.
+    pub(crate) metrics: RuleMetrics,
     /// `q` and `w` of `RateLimit-Policy`: the policy's first limit.
     pub(crate) quota: u64,
     pub(crate) window: u64,
+    /// The rule's `RateLimit-Policy` member, the same on every response
+    /// unless it carries a partition key.
+    pub(crate) policy_member: String,
 }
 
 impl Compiled {
     fn new(rule: Rule) -> Self {
         let first = rule.policy.limits()[0].quota;
+        let (quota, window) = (first.limit(), secs_up(first.period_ns()).max(1));
+        let mut policy_member = String::new();
+        write_policy_item(
+            &mut policy_member,
+            &PolicyItem {
+                name: &rule.name,
+                quota,
+                window,
+                unit: rule.unit.as_deref(),
+                partition: None,
+            },
+        );
         Compiled {
-            metric: SharedString::from_shared(Arc::clone(&rule.name)),
-            quota: first.limit(),
-            window: secs_up(first.period_ns()).max(1),
+            metrics: RuleMetrics::new(&rule.name),
+            quota,
+            window,
+            policy_member,
             rule,
         }
     }

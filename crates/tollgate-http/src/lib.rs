@@ -4,10 +4,10 @@
 //! ```
 //! use axum::{routing::get, Router};
 //! use tollgate::{Algorithm, Limit, MemoryBackend, Quota};
-//! use tollgate_http::{Key, RateLimit, Rule};
+//! use tollgate_http::{RateLimit, Rule};
 //!
-//! let per_ip = Limit::new(Algorithm::Gcra, Quota::per_minute(100)?);
-//! let limit = RateLimit::builder(MemoryBackend::new()).rule(Rule::new("per-ip", per_ip).key(Key::ip())).build()?;
+//! let per_ip = Rule::new("per-ip", Limit::new(Algorithm::Gcra, Quota::per_minute(100)?));
+//! let limit = RateLimit::builder(MemoryBackend::new()).rule(per_ip).build()?;
 //! let app: Router = Router::new().route("/", get(|| async { "hello" })).layer(limit);
 //! // axum::serve(listener, app.into_make_service_with_connect_info::<std::net::SocketAddr>()).await?;
 //! # Ok::<(), Box<dyn std::error::Error>>(())
@@ -58,6 +58,8 @@
 //! into debt; its next requests are denied until the debt is repaid, so the
 //! limit holds over time, exceeded at any moment by at most one request's
 //! underestimate.
+
+#![warn(missing_docs)]
 
 mod admit;
 mod answer;

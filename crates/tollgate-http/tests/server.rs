@@ -425,3 +425,75 @@ async fn fail_closed_is_503_and_fail_open_passes_when_redis_stops() {
         "no numbers without a store"
     );
 }
+
+#[tokio::test]
+async fn keys_on_the_matched_route_and_a_replaced_body() {
+    let rule =
+        Rule::new("per-route", limit(Algorithm::FixedWindow, per_minute(1, 1))).key(Key::Route);
+    let body: tollgate_http::BodyWriter = Arc::new(|refusal: &tollgate_http::Refusal| {
+        (
+            http::HeaderValue::from_static("text/plain"),
+            format!("slow down ({})", refusal.rule).into(),
+        )
+    });
+    let layer = RateLimit::builder(MemoryBackend::with_clock(FakeClock::new()))
+        .rule(rule)
+        .body(body)
+        .build()
+        .unwrap();
+    let app = Router::new()
+        .route("/users/{id}", get(|| async { "user" }))
+        .layer(layer);
+    let http = Http::to(serve(app).await);
+    assert_eq!(http.get("/users/1", &[]).await.status, StatusCode::OK);
+    // Another user, the same route template: the same budget.
+    let a = http.get("/users/2", &[]).await;
+    assert_eq!(a.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(a.header("content-type"), Some("text/plain"));
+    assert_eq!(&a.body[..], b"slow down (per-route)");
+    assert!(a.header("retry-after").is_some());
+}
+
+#[tokio::test]
+async fn a_plain_hyper_service() {
+    use hyper_util::rt::TokioIo;
+    use hyper_util::service::TowerToHyperService;
+    use tower::service_fn;
+
+    let layer = RateLimit::builder(MemoryBackend::with_clock(FakeClock::new()))
+        .rule(Rule::new(
+            "per-ip",
+            limit(Algorithm::Gcra, per_minute(1, 1)),
+        ))
+        .build()
+        .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let (stream, peer) = listener.accept().await.unwrap();
+            let svc = tower::ServiceBuilder::new()
+                // What axum's connect info does: the peer, for the layer.
+                .map_request(move |mut req: http::Request<hyper::body::Incoming>| {
+                    req.extensions_mut().insert(tollgate_http::PeerAddr(peer));
+                    req
+                })
+                .layer(layer.clone())
+                .service(service_fn(|_req| async {
+                    let body = http_body_util::Full::new(bytes::Bytes::from("hi"));
+                    Ok::<_, std::convert::Infallible>(http::Response::new(body))
+                }));
+            tokio::spawn(
+                hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), TowerToHyperService::new(svc)),
+            );
+        }
+    });
+    let http = Http::to(addr);
+    let a = http.get("/", &[]).await;
+    assert_eq!((a.status, &a.body[..]), (StatusCode::OK, &b"hi"[..]));
+    assert_eq!(
+        http.get("/", &[]).await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+}

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# End-to-end overhead of tollgate-http, measured with wrk (docs/PERFORMANCE.md):
+# 64 keep-alive connections, 10,000 distinct client keys, the same axum route
+# bare, behind tollgate-http (1 and 3 rules, memory; 1 rule, Redis) and behind
+# tower_governor; each mostly admitting and mostly refusing.
+#
+# Every server runs at once (an idle one costs nothing) and the configurations
+# take turns, ROUNDS times, so that a change in the machine's load hits them
+# alike; each layered figure is compared with the bare run of its own round.
+# Prints a Markdown table: medians over the rounds of the throughput, of its
+# ratio to bare, of the p99 latency and of the p99 added to bare's, and of
+# the server's CPU time per request (user + system, from /proc), which other
+# processes on a shared machine do not inflate: bare's CPU per request over a
+# configuration's is the share of bare's capacity it keeps.
+#
+#   cargo build --release -p tollgate-http --example bench_server
+#   bash crates/tollgate-http/benches/wrk.sh            # from the repository root
+set -euo pipefail
+BIN=${BIN:-target/release/examples/bench_server}
+LUA=crates/tollgate-http/benches/wrk-keys.lua
+DUR=${DUR:-5s}
+ROUNDS=${ROUNDS:-5}
+PORT=${PORT:-18100}
+CONFIGS=${CONFIGS:-"bare:admit one:admit one-quiet:admit three:admit governor:admit redis:admit bare:refuse one:refuse three:refuse governor:refuse"}
+OUT=$(mktemp -d)
+PIDS=()
+trap 'kill "${PIDS[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$OUT"' EXIT
+
+port_of() { echo $((PORT + $1)); }
+url_of() { echo "http://127.0.0.1:$(port_of "$1")/v1/items"; }
+
+# Start every server, then send every key once (after which `refuse` refuses).
+i=0
+for c in $CONFIGS; do
+  i=$((i + 1))
+  "$BIN" "${c%:*}" "${c#*:}" "$(port_of $i)" >"$OUT/$i.log" 2>&1 &
+  PIDS+=($!)
+  SERVER[i]=$!
+  until grep -qs ready "$OUT/$i.log"; do
+    kill -0 "${PIDS[-1]}" 2>/dev/null || { cat "$OUT/$i.log"; exit 1; }
+    sleep 0.1
+  done
+  # The redis-server a `redis` server started, to stop it at the end.
+  PIDS+=($(pgrep -P "${PIDS[-1]}" || true))
+  wrk -t2 -c64 -d2s -s "$LUA" "$(url_of $i)" >/dev/null
+done
+
+# CPU time a process has used, in clock ticks (user + system).
+cpu_of() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+TICK_US=$((1000000 / $(getconf CLK_TCK)))
+
+# One line per round and configuration: round, config, req/s, p99 in µs,
+# share of answers that were not 2xx, server CPU µs per request.
+for round in $(seq "$ROUNDS"); do
+  i=0
+  for c in $CONFIGS; do
+    i=$((i + 1))
+    before=$(cpu_of "${SERVER[i]}")
+    wrk -t2 -c64 -d"$DUR" --latency -s "$LUA" "$(url_of $i)" >"$OUT/wrk"
+    used=$(($(cpu_of "${SERVER[i]}") - before))
+    awk -v r="$round" -v c="$c" -v cpu="$((used * TICK_US))" '
+      function us(v) { if (v ~ /us$/) return v + 0; if (v ~ /ms$/) return v * 1000; if (v ~ /s$/) return v * 1000000; return v }
+      /requests in/ { total = $1 } /Requests\/sec/ { rps = $2 } /^ +99%/ { p99 = us($2) } /Non-2xx/ { bad = $5 }
+      END { printf "%s %s %.0f %.0f %.3f %.2f\n", r, c, rps, p99, bad / total, cpu / total }' "$OUT/wrk" >>"$OUT/runs"
+  done
+done
+
+echo "| server | mode | req/s | vs bare | p99 | p99 added | refused | CPU/request | capacity vs bare |"
+echo "|---|---|---:|---:|---:|---:|---:|---:|---:|"
+for c in $CONFIGS; do
+  awk -v c="$c" '
+    { rps[$1, $2] = $3; p99[$1, $2] = $4; bad[$1, $2] = $5; cpu[$1, $2] = $6; if ($1 > n) n = $1 }
+    function median(a, k,   i, j, t) { for (i = 1; i <= k; i++) for (j = i + 1; j <= k; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t } return a[int((k + 1) / 2)] }
+    END {
+      split(c, parts, ":"); bare = "bare:" parts[2]
+      for (r = 1; r <= n; r++) { x[r] = rps[r, c]; ratio[r] = rps[r, c] / rps[r, bare]; p[r] = p99[r, c]; add[r] = p99[r, c] - p99[r, bare]; b[r] = bad[r, c]; u[r] = cpu[r, c]; keep[r] = cpu[r, bare] / cpu[r, c] }
+      printf "| %s | %s | %.0f | %.2fx | %.0f us | %+.0f us | %.1f%% | %.1f us | %.2fx |\n", parts[1], parts[2], median(x, n), median(ratio, n), median(p, n), median(add, n), 100 * median(b, n), median(u, n), median(keep, n)
+    }' "$OUT/runs"
+done
