@@ -12,6 +12,7 @@ mod failure;
 mod migrate;
 mod postgres;
 mod replay;
+mod serve;
 mod simulate;
 mod store;
 mod timeout;
@@ -38,6 +39,8 @@ enum Command {
     Check(check::Args),
     /// Create or upgrade the PostgreSQL schema of a shared store.
     Migrate(migrate::Args),
+    /// Serve rate limits: Envoy's gRPC API, an HTTP JSON API, a reverse proxy.
+    Serve(serve::Args),
 }
 
 fn main() -> ExitCode {
@@ -54,6 +57,9 @@ fn main() -> ExitCode {
             .map_err(Failure::from),
         Command::Check(args) => check::run(args),
         Command::Migrate(args) => migrate::run(args)
+            .map(|()| ExitCode::SUCCESS)
+            .map_err(Failure::from),
+        Command::Serve(args) => serve::run(args)
             .map(|()| ExitCode::SUCCESS)
             .map_err(Failure::from),
     };

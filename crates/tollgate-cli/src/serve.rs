@@ -1,0 +1,191 @@
+//! `tollgate serve`: the rate-limit server (crate `tollgate-server`); this
+//! module only maps flags to its options and waits for a signal.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use tollgate_cli::duration::parse_duration;
+use tollgate_server::config::Config;
+use tollgate_server::listener::ListenerLimits;
+use tollgate_server::logs::{self, LogFormat};
+use tollgate_server::server::{self, ProxyOptions, ServeOptions};
+
+const EXAMPLE: &str = "\
+Example (limits.yaml is an envoyproxy/ratelimit descriptor file, or uses tollgate's extensions):
+
+  $ cat limits.yaml
+  domain: api
+  descriptors:
+    - key: user                 # each user: 100 per minute (fixed window)
+      rate_limit: { unit: minute, requests_per_unit: 100 }
+    - key: plan
+      value: free               # free plan: token bucket, 30 per 90 s, bursts of 10
+      rate_limit: { algorithm: token_bucket, period: 90s, requests_per_unit: 30, burst: 10 }
+
+  $ tollgate serve --check limits.yaml       # validate, print each limit in words
+  $ tollgate serve --config limits.yaml --store redis://127.0.0.1:6379
+  $ curl -s localhost:8080/v1/check \\
+      -d '{\"domain\":\"api\",\"descriptors\":[{\"entries\":[{\"key\":\"user\",\"value\":\"ada\"}]}]}'
+
+Reverse proxy (the file's `http:` rules in front of a service, on port 8000):
+
+  $ tollgate serve --config limits.yaml --upstream http://127.0.0.1:3000
+
+Envoy: point its rate limit filter at the gRPC port (8081). The file is reloaded
+when it changes and on SIGHUP; SIGTERM or Ctrl-C drains and exits. Every flag can
+also be set by the environment variable shown with it.";
+
+/// Flags of `tollgate serve`.
+#[derive(clap::Args, Debug)]
+#[command(after_long_help = EXAMPLE)]
+pub struct Args {
+    /// The configuration file (YAML).
+    #[arg(long, short, value_name = "FILE", env = "TOLLGATE_CONFIG")]
+    config: Option<PathBuf>,
+    /// Validate FILE, print what each limit means, and exit (non-zero on error).
+    #[arg(long, value_name = "FILE", conflicts_with = "config")]
+    check: Option<PathBuf>,
+    /// The store: memory, redis://HOST:PORT, rediss://HOST:PORT, redis+cluster://HOST:PORT[,...].
+    #[arg(
+        long,
+        value_name = "URL",
+        default_value = "memory",
+        env = "TOLLGATE_STORE",
+        hide_env_values = true
+    )]
+    store: String,
+    /// Prefix of the keys in a shared store.
+    #[arg(
+        long,
+        value_name = "PREFIX",
+        default_value = "tollgate:",
+        env = "TOLLGATE_PREFIX"
+    )]
+    prefix: String,
+    /// Address of Envoy's rate limit gRPC API.
+    #[arg(
+        long,
+        value_name = "ADDR",
+        default_value = "0.0.0.0:8081",
+        env = "TOLLGATE_GRPC_LISTEN"
+    )]
+    grpc_listen: SocketAddr,
+    /// Do not serve the gRPC API.
+    #[arg(long, env = "TOLLGATE_NO_GRPC")]
+    no_grpc: bool,
+    /// Address of the HTTP JSON API, /healthz, /readyz and /metrics.
+    #[arg(
+        long,
+        value_name = "ADDR",
+        default_value = "0.0.0.0:8080",
+        env = "TOLLGATE_HTTP_LISTEN"
+    )]
+    http_listen: SocketAddr,
+    /// Reverse proxy mode: put the file's `http` rules in front of this service (http://HOST:PORT).
+    #[arg(long, value_name = "URL", env = "TOLLGATE_UPSTREAM")]
+    upstream: Option<String>,
+    /// Address of the reverse proxy (with --upstream).
+    #[arg(
+        long,
+        value_name = "ADDR",
+        default_value = "0.0.0.0:8000",
+        env = "TOLLGATE_PROXY_LISTEN"
+    )]
+    proxy_listen: SocketAddr,
+    /// Time from forwarding a request (its upload included) to the upstream's response head (then 504).
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration, env = "TOLLGATE_UPSTREAM_TIMEOUT")]
+    upstream_timeout: u64,
+    /// Do not reload the file when it changes (SIGHUP still reloads).
+    #[arg(long, env = "TOLLGATE_NO_WATCH")]
+    no_watch: bool,
+    /// Time a client has to send a request's headers (also the idle keep-alive bound).
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration, env = "TOLLGATE_HEADER_TIMEOUT")]
+    header_timeout: u64,
+    /// Largest request line and headers, in bytes (larger: 431).
+    #[arg(long, value_name = "BYTES", default_value_t = 16 * 1024, env = "TOLLGATE_MAX_HEADER_BYTES")]
+    max_header_bytes: usize,
+    /// Most header fields in a request (more: 431).
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 64,
+        env = "TOLLGATE_MAX_HEADERS"
+    )]
+    max_headers: usize,
+    /// Largest request body, in bytes (larger: 413); unbounded when unset.
+    #[arg(long, value_name = "BYTES", env = "TOLLGATE_MAX_BODY_BYTES")]
+    max_body_bytes: Option<u64>,
+    /// Most connections open at once per listener (more: 503).
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 4096,
+        env = "TOLLGATE_MAX_CONNECTIONS"
+    )]
+    max_connections: usize,
+    /// How long shutdown waits for requests in flight.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration, env = "TOLLGATE_DRAIN_TIMEOUT")]
+    drain_timeout: u64,
+    /// Log format.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text, env = "TOLLGATE_LOG_FORMAT")]
+    log_format: LogFormat,
+    /// Log filter, as RUST_LOG (`info`, `tollgate_server=debug`).
+    #[arg(
+        long,
+        value_name = "FILTER",
+        default_value = "info",
+        env = "TOLLGATE_LOG"
+    )]
+    log: String,
+}
+
+/// Runs `tollgate serve`.
+pub fn run(args: Args) -> anyhow::Result<()> {
+    if let Some(path) = &args.check {
+        return check(path);
+    }
+    logs::init(args.log_format, &args.log).map_err(anyhow::Error::msg)?;
+    let options = ServeOptions {
+        config: args.config,
+        watch: !args.no_watch,
+        store: args.store,
+        prefix: args.prefix,
+        grpc: (!args.no_grpc).then_some(args.grpc_listen),
+        http: Some(args.http_listen),
+        limits: ListenerLimits {
+            header_timeout: Duration::from_nanos(args.header_timeout),
+            max_header_bytes: args.max_header_bytes,
+            max_headers: args.max_headers,
+            max_body_bytes: args.max_body_bytes,
+            max_connections: args.max_connections,
+            drain: Duration::from_nanos(args.drain_timeout),
+        },
+        proxy: args.upstream.map(|upstream| ProxyOptions {
+            listen: args.proxy_listen,
+            upstream,
+            timeout: Duration::from_nanos(args.upstream_timeout),
+        }),
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(server::serve_until_signal(options))?;
+    Ok(())
+}
+
+fn check(path: &std::path::Path) -> anyhow::Result<()> {
+    let config = Config::load(path)?;
+    for line in config.describe() {
+        println!("{line}");
+    }
+    println!(
+        "{}: OK ({} limits, {} HTTP rules)",
+        path.display(),
+        config.entries().len(),
+        config.http_rules().len()
+    );
+    Ok(())
+}

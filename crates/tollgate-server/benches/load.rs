@@ -1,0 +1,170 @@
+//! Load against the server on 127.0.0.1, each against a do-nothing peer
+//! speaking the same protocol.
+//!
+//! - `cargo bench -p tollgate-server --bench load -- grpc SECONDS`: 64
+//!   concurrent `ShouldRateLimit` calls over 4 HTTP/2 connections, tollgate
+//!   (memory store) then a do-nothing tonic server; throughput, p50, p99.
+//! - `cargo bench -p tollgate-server --bench load -- http PORT NULL_PORT`:
+//!   serves tollgate's HTTP API on PORT and a do-nothing axum `/v1/check`
+//!   on NULL_PORT until killed, for wrk (see docs/PERFORMANCE.md).
+
+use std::time::{Duration, Instant};
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
+    RateLimitService, RateLimitServiceServer,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use tollgate_server::listener::ListenerLimits;
+use tollgate_server::server::{self, ServeOptions};
+use tonic::{Request, Response, Status};
+
+const CONFIG: &str = "
+domain: bench
+descriptors:
+  - key: user
+    rate_limit: { algorithm: gcra, unit: second, requests_per_unit: 1000000000 }
+";
+
+/// Answers OK to everything: the cost of tonic and the proto alone.
+struct Nothing;
+
+#[tonic::async_trait]
+impl RateLimitService for Nothing {
+    async fn should_rate_limit(
+        &self,
+        _: Request<RateLimitRequest>,
+    ) -> Result<Response<RateLimitResponse>, Status> {
+        Ok(Response::new(RateLimitResponse {
+            overall_code: 1,
+            ..RateLimitResponse::default()
+        }))
+    }
+}
+
+fn options(dir: &std::path::Path, grpc: bool, http: Option<std::net::SocketAddr>) -> ServeOptions {
+    let path = dir.join("bench.yaml");
+    std::fs::write(&path, CONFIG).expect("the temp dir is writable");
+    ServeOptions {
+        config: Some(path),
+        watch: false,
+        store: "memory".into(),
+        prefix: String::new(),
+        grpc: grpc.then(|| "127.0.0.1:0".parse().expect("an address")),
+        http,
+        limits: ListenerLimits::default(),
+        proxy: None,
+    }
+}
+
+async fn drive(url: String, seconds: u64) -> (f64, Duration, Duration) {
+    let mut channels = Vec::new();
+    for _ in 0..4 {
+        channels.push(
+            RateLimitServiceClient::connect(url.clone())
+                .await
+                .expect("connects"),
+        );
+    }
+    let end = Instant::now() + Duration::from_secs(seconds);
+    let mut tasks = Vec::new();
+    for i in 0..64 {
+        let mut client = channels[i % 4].clone();
+        tasks.push(tokio::spawn(async move {
+            let mut latencies = Vec::new();
+            let mut n = 0u64;
+            while Instant::now() < end {
+                n += 1;
+                let request = RateLimitRequest {
+                    domain: "bench".into(),
+                    descriptors: vec![RateLimitDescriptor {
+                        entries: vec![Entry {
+                            key: "user".into(),
+                            value: format!("u{}", n % 1000),
+                        }],
+                        ..RateLimitDescriptor::default()
+                    }],
+                    hits_addend: 1,
+                };
+                let started = Instant::now();
+                client.should_rate_limit(request).await.expect("answers");
+                latencies.push(started.elapsed());
+            }
+            latencies
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.expect("the task finishes"));
+    }
+    all.sort();
+    let pct = |p: usize| all[(all.len() * p / 100).min(all.len() - 1)];
+    (all.len() as f64 / seconds as f64, pct(50), pct(99))
+}
+
+async fn grpc(seconds: u64) {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let running = server::start(options(dir.path(), true, None))
+        .await
+        .expect("starts");
+    let url = format!("http://{}", running.grpc.expect("gRPC is served"));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("binds");
+    let null_url = format!("http://{}", listener.local_addr().expect("an address"));
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(RateLimitServiceServer::new(Nothing))
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+    );
+    let (t, p50, p99) = drive(url, seconds).await;
+    println!("tollgate gRPC (memory): {t:.0} req/s, p50 {p50:?}, p99 {p99:?}");
+    let (n, q50, q99) = drive(null_url, seconds).await;
+    println!("do-nothing tonic:       {n:.0} req/s, p50 {q50:?}, p99 {q99:?}");
+    println!("ratio: {:.2}x", t / n);
+    running.shutdown().await;
+}
+
+async fn http(port: u16, null_port: u16) {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let addr = format!("127.0.0.1:{port}").parse().expect("an address");
+    let running = server::start(options(dir.path(), false, Some(addr)))
+        .await
+        .expect("starts");
+    let app = axum::Router::new().route(
+        "/v1/check",
+        axum::routing::post(|_: axum::body::Bytes| async {
+            axum::Json(serde_json::json!({"overall_code": "OK"}))
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", null_port))
+        .await
+        .expect("binds");
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    println!("tollgate on {port}, do-nothing axum on {null_port}; Ctrl-C to stop");
+    let _ = tokio::signal::ctrl_c().await;
+    running.shutdown().await;
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    match args.first().map(String::as_str) {
+        Some("http") => {
+            let port = args.get(1).and_then(|p| p.parse().ok()).unwrap_or(18080);
+            let null = args.get(2).and_then(|p| p.parse().ok()).unwrap_or(18090);
+            runtime.block_on(http(port, null));
+        }
+        Some("grpc") => {
+            let seconds = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(5);
+            runtime.block_on(grpc(seconds));
+        }
+        // `cargo test --benches` and plain `cargo bench` run nothing long.
+        _ => println!("usage: load grpc [SECONDS] | load http [PORT] [NULL_PORT]"),
+    }
+}

@@ -1,0 +1,151 @@
+//! The file as written: serde shapes with source locations, before any
+//! meaning is given to them (that is [`super::build`]'s job).
+
+use serde::Deserialize;
+use serde_saphyr::Spanned;
+use tollgate_http::{Cost, Key, Matcher, MissingKey, Mode};
+
+/// The whole file: an envoyproxy/ratelimit file (`domain` and
+/// `descriptors`), a list of them under `domains`, or both, plus the HTTP
+/// rules of the proxy mode.
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct File {
+    pub domain: Option<Spanned<String>>,
+    #[serde(default)]
+    pub descriptors: Vec<Descriptor>,
+    #[serde(default)]
+    pub domains: Vec<Domain>,
+    #[serde(default)]
+    pub http: Option<Http>,
+}
+
+/// One domain and its descriptor tree.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Domain {
+    pub domain: Spanned<String>,
+    #[serde(default)]
+    pub descriptors: Vec<Descriptor>,
+}
+
+/// One node of a descriptor tree, envoyproxy/ratelimit's fields first.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Descriptor {
+    pub key: Spanned<String>,
+    pub value: Option<String>,
+    pub rate_limit: Option<Spanned<RateLimit>>,
+    #[serde(default)]
+    pub descriptors: Vec<Descriptor>,
+    #[serde(default)]
+    pub shadow_mode: bool,
+    #[serde(default)]
+    pub detailed_metric: bool,
+    /// Accepted for compatibility; metric names do not change with it.
+    #[serde(default)]
+    #[allow(dead_code)]
+    pub value_to_metric: bool,
+    pub on_store_error: Option<StoreErrorMode>,
+}
+
+/// What a descriptor limits: envoyproxy/ratelimit's `unit` and
+/// `requests_per_unit`, or tollgate's `period`, `algorithm`, `burst`, or
+/// several `limits` applied atomically.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RateLimit {
+    pub name: Option<String>,
+    #[serde(default)]
+    pub replaces: Vec<Replace>,
+    #[serde(default)]
+    pub unlimited: bool,
+    pub requests_per_unit: Option<u64>,
+    pub unit: Option<String>,
+    pub period: Option<String>,
+    pub algorithm: Option<String>,
+    pub burst: Option<u64>,
+    #[serde(default)]
+    pub limits: Vec<Spanned<QuotaSpec>>,
+}
+
+impl RateLimit {
+    /// The single limit written inline (envoyproxy/ratelimit's form).
+    pub fn inline(&self) -> QuotaSpec {
+        QuotaSpec {
+            requests_per_unit: self.requests_per_unit,
+            unit: self.unit.clone(),
+            period: self.period.clone(),
+            algorithm: self.algorithm.clone(),
+            burst: self.burst,
+        }
+    }
+
+    /// Whether any inline quota field was written.
+    pub fn has_inline(&self) -> bool {
+        self.requests_per_unit.is_some()
+            || self.unit.is_some()
+            || self.period.is_some()
+            || self.algorithm.is_some()
+            || self.burst.is_some()
+    }
+}
+
+/// One limit: a rate (`requests_per_unit` per `unit` or per `period`), an
+/// algorithm (fixed window by default, as envoyproxy/ratelimit) and a burst.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct QuotaSpec {
+    pub requests_per_unit: Option<u64>,
+    pub unit: Option<String>,
+    pub period: Option<String>,
+    pub algorithm: Option<String>,
+    pub burst: Option<u64>,
+}
+
+/// A limit replaced by the one carrying it, by name.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Replace {
+    pub name: String,
+}
+
+/// A descriptor's behaviour when the store fails.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StoreErrorMode {
+    /// The descriptor is answered OK (counted and logged).
+    #[default]
+    Open,
+    /// The call fails: gRPC `UNAVAILABLE` (Envoy's `failure_mode_deny`
+    /// then decides), HTTP 503.
+    Closed,
+}
+
+/// The proxy mode's rules, in the HTTP layer's own vocabulary.
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Http {
+    #[serde(default)]
+    pub rules: Vec<Spanned<HttpRule>>,
+}
+
+/// One `tollgate_http::Rule`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct HttpRule {
+    pub name: String,
+    #[serde(default, rename = "match")]
+    pub matcher: Matcher,
+    pub key: Option<Key>,
+    pub cost: Option<Cost>,
+    #[serde(default)]
+    pub mode: Mode,
+    #[serde(default)]
+    pub on_store_error: StoreErrorMode,
+    #[serde(default)]
+    pub on_missing_key: MissingKey,
+    pub limit: Option<Spanned<QuotaSpec>>,
+    #[serde(default)]
+    pub limits: Vec<Spanned<QuotaSpec>>,
+}

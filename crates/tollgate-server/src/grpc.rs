@@ -1,0 +1,198 @@
+//! Envoy's rate limit service, v3: `ShouldRateLimit` over the [`Engine`],
+//! with the types of the `envoy-types` crate.
+//!
+//! Beyond envoyproxy/ratelimit: every algorithm and any period. A limit
+//! whose period is a whole unit (second to year) reports that unit in
+//! `current_limit`; any other period reports `UNKNOWN` with the exact
+//! numbers in the `RateLimit-Policy` field of `response_headers_to_add`.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use envoy_types::pb::envoy::config::core::v3::HeaderValue;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
+    Code as PbCode, DescriptorStatus as PbStatus, RateLimit as PbLimit,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
+    RateLimitService, RateLimitServiceServer,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use envoy_types::pb::google::protobuf::Duration as PbDuration;
+use tollgate::Backend;
+use tollgate_http::fields::{self, LimitItem, PolicyItem};
+use tonic::{Request, Response, Status};
+
+use crate::engine::{CheckError, CheckRequest, CheckResponse, Code, DescriptorRequest, Engine};
+use crate::metrics;
+
+const NS_PER_SEC: u64 = 1_000_000_000;
+
+/// The gRPC service over a shared engine.
+pub struct RlsService<B> {
+    engine: Arc<Engine<B>>,
+}
+
+impl<B: Backend + 'static> RlsService<B> {
+    /// The tonic server for `engine`.
+    pub fn server(engine: Arc<Engine<B>>) -> RateLimitServiceServer<Self> {
+        RateLimitServiceServer::new(RlsService { engine })
+    }
+}
+
+fn to_check(request: RateLimitRequest) -> CheckRequest {
+    CheckRequest {
+        domain: request.domain,
+        hits: u64::from(request.hits_addend),
+        descriptors: request
+            .descriptors
+            .into_iter()
+            .map(|d| DescriptorRequest {
+                entries: d.entries.into_iter().map(|e| (e.key, e.value)).collect(),
+                hits: d.hits_addend.map(|h| h.value),
+                negative: d.is_negative_hits,
+            })
+            .collect(),
+    }
+}
+
+fn unit_of(period_ns: u64) -> Unit {
+    match period_ns / NS_PER_SEC {
+        _ if !period_ns.is_multiple_of(NS_PER_SEC) => Unit::Unknown,
+        1 => Unit::Second,
+        60 => Unit::Minute,
+        3_600 => Unit::Hour,
+        86_400 => Unit::Day,
+        604_800 => Unit::Week,
+        2_592_000 => Unit::Month,
+        31_536_000 => Unit::Year,
+        _ => Unit::Unknown,
+    }
+}
+
+fn saturate_u32(n: u64) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+fn duration(ns: u64) -> PbDuration {
+    PbDuration {
+        seconds: (ns / NS_PER_SEC) as i64,
+        nanos: (ns % NS_PER_SEC) as i32,
+    }
+}
+
+fn header(key: &str, value: String) -> HeaderValue {
+    HeaderValue {
+        key: key.to_string(),
+        value,
+        ..HeaderValue::default()
+    }
+}
+
+fn to_response(answer: CheckResponse) -> RateLimitResponse {
+    let mut policies = Vec::new();
+    let mut limits = Vec::new();
+    let mut retry_after: Option<u64> = None;
+    let statuses = answer
+        .statuses
+        .iter()
+        .map(|s| {
+            let mut status = PbStatus {
+                code: match s.code {
+                    Code::Ok => PbCode::Ok,
+                    Code::OverLimit => PbCode::OverLimit,
+                } as i32,
+                limit_remaining: s.remaining.map_or(u32::MAX, saturate_u32),
+                ..PbStatus::default()
+            };
+            if let Some(applied) = &s.limit {
+                let (requests, period) = applied
+                    .limit
+                    .map_or((0, NS_PER_SEC), |l| (l.quota.limit(), l.quota.period_ns()));
+                status.current_limit = Some(PbLimit {
+                    name: applied.name.clone(),
+                    requests_per_unit: saturate_u32(requests),
+                    unit: unit_of(period) as i32,
+                });
+                status.duration_until_reset = Some(duration(s.reset_after_ns));
+                if fields::valid_name(&applied.name) {
+                    policies.push((applied.name.as_str(), requests, period));
+                    limits.push((
+                        applied.name.as_str(),
+                        s.remaining.unwrap_or(0),
+                        s.reset_after_ns,
+                    ));
+                }
+            }
+            if s.code == Code::OverLimit {
+                let wait = s.retry_after_ns.unwrap_or(s.reset_after_ns);
+                retry_after = Some(retry_after.map_or(wait, |w| w.max(wait)));
+            }
+            status
+        })
+        .collect();
+    let mut headers = Vec::new();
+    if !policies.is_empty() {
+        let items: Vec<PolicyItem<'_>> = policies
+            .iter()
+            .map(|&(name, quota, period)| PolicyItem {
+                name,
+                quota,
+                window: fields::secs_up(period),
+                unit: None,
+                partition: None,
+            })
+            .collect();
+        headers.push(header("ratelimit-policy", fields::policy_field(&items)));
+        let items: Vec<LimitItem<'_>> = limits
+            .iter()
+            .map(|&(name, remaining, reset)| LimitItem {
+                name,
+                remaining,
+                reset: fields::secs_up(reset),
+                partition: None,
+            })
+            .collect();
+        headers.push(header("ratelimit", fields::limit_field(&items)));
+    }
+    if let Some(wait) = retry_after {
+        headers.push(header(
+            "retry-after",
+            fields::retry_after_secs(wait).to_string(),
+        ));
+    }
+    let overall = match answer.overall {
+        Code::Ok => PbCode::Ok,
+        Code::OverLimit => PbCode::OverLimit,
+    };
+    RateLimitResponse {
+        overall_code: overall as i32,
+        statuses,
+        response_headers_to_add: headers,
+        ..RateLimitResponse::default()
+    }
+}
+
+/// gRPC status for a check without a verdict.
+fn to_status(err: CheckError) -> Status {
+    match err {
+        CheckError::Store { .. } => Status::unavailable(err.to_string()),
+        _ => Status::invalid_argument(err.to_string()),
+    }
+}
+
+#[tonic::async_trait]
+impl<B: Backend + 'static> RateLimitService for RlsService<B> {
+    async fn should_rate_limit(
+        &self,
+        request: Request<RateLimitRequest>,
+    ) -> Result<Response<RateLimitResponse>, Status> {
+        let started = Instant::now();
+        let check = to_check(request.into_inner());
+        let answer = self.engine.check(&check).await;
+        metrics::decision_time("grpc", started);
+        answer
+            .map(|a| Response::new(to_response(a)))
+            .map_err(to_status)
+    }
+}

@@ -1,0 +1,199 @@
+//! Reverse proxy mode against a real upstream on 127.0.0.1: forwarding
+//! headers, hop-by-hop removal, the HTTP layer's 429, 502, 504, and a
+//! 100 MiB upload streamed with bounded memory.
+
+mod support;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::Request;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use bytes::Bytes;
+use futures_util::StreamExt;
+use http_body_util::{BodyExt, StreamBody};
+use tollgate_server::server::ProxyOptions;
+
+async fn upstream() -> SocketAddr {
+    let app = Router::new()
+        .route("/", get(|| async { "hello" }))
+        .route(
+            "/headers",
+            get(|req: Request| async move {
+                let h: serde_json::Map<String, serde_json::Value> = req
+                    .headers()
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_str().unwrap_or("").into()))
+                    .collect();
+                Json(h)
+            }),
+        )
+        .route(
+            "/upload",
+            post(|req: Request| async move {
+                let mut body = req.into_body().into_data_stream();
+                let mut total = 0u64;
+                while let Some(chunk) = body.next().await {
+                    total += chunk.unwrap().len() as u64;
+                }
+                total.to_string()
+            }),
+        )
+        .route(
+            "/slow",
+            get(|| async {
+                tokio::time::sleep(Duration::from_secs(30)).await;
+                "late"
+            }),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    addr
+}
+
+const RULES: &str = "
+http:
+  rules:
+    - name: per-ip
+      match: { path_prefix: /limited }
+      limit: { unit: minute, requests_per_unit: 2 }
+";
+
+async fn proxy_to(upstream: &str) -> support::TestServer {
+    proxy_within(upstream, Duration::from_millis(300)).await
+}
+
+/// `timeout` runs from the request to the upstream's response head, the
+/// upload included.
+async fn proxy_within(upstream: &str, timeout: Duration) -> support::TestServer {
+    let upstream = upstream.to_string();
+    support::start_with(RULES, move |o| {
+        o.grpc = None;
+        o.proxy = Some(ProxyOptions {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            upstream,
+            timeout,
+        });
+    })
+    .await
+}
+
+fn proxy_url(server: &support::TestServer, path: &str) -> String {
+    format!("http://{}{path}", server.running.proxy.unwrap())
+}
+
+#[tokio::test]
+async fn forwards_with_forwarded_headers_and_without_hop_by_hop() {
+    let up = upstream().await;
+    let server = proxy_to(&format!("http://{up}")).await;
+    assert_eq!(
+        support::get(&proxy_url(&server, "/")).await,
+        (200, "hello".into())
+    );
+    let (status, text, _) = support::send_with(
+        "GET",
+        &proxy_url(&server, "/headers"),
+        "",
+        &[
+            ("x-forwarded-for", "203.0.113.9"),
+            ("connection", "keep-alive, x-hop"),
+            ("x-hop", "1"),
+            ("keep-alive", "timeout=5"),
+            ("x-end-to-end", "kept"),
+        ],
+    )
+    .await;
+    assert_eq!(status, 200, "{text}");
+    let seen: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(seen["x-forwarded-for"], "203.0.113.9, 127.0.0.1");
+    assert!(
+        seen["forwarded"]
+            .as_str()
+            .unwrap()
+            .starts_with("for=127.0.0.1;proto=http;host="),
+        "{seen}"
+    );
+    assert_eq!(seen["x-end-to-end"], "kept");
+    for gone in ["x-hop", "keep-alive"] {
+        assert!(seen.get(gone).is_none(), "{gone} was forwarded: {seen}");
+    }
+    server.running.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_http_layer_limits_with_the_files_rules() {
+    let up = upstream().await;
+    let server = proxy_to(&format!("http://{up}")).await;
+    let url = proxy_url(&server, "/limited");
+    for _ in 0..2 {
+        assert_eq!(support::get(&url).await.0, 404, "forwarded to the upstream");
+    }
+    let (status, _, headers) = support::send("GET", &url, "").await;
+    assert_eq!(status, 429);
+    assert!(headers.contains_key("retry-after") && headers.contains_key("ratelimit-policy"));
+    // Another path is not limited.
+    assert_eq!(support::get(&proxy_url(&server, "/")).await.0, 200);
+    server.running.shutdown().await;
+}
+
+#[tokio::test]
+async fn upstream_down_is_502_and_slow_is_504() {
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let down = proxy_to(&format!("http://{closed}")).await;
+    assert_eq!(support::get(&proxy_url(&down, "/")).await.0, 502);
+    down.running.shutdown().await;
+    let up = upstream().await;
+    let slow = proxy_to(&format!("http://{up}")).await;
+    assert_eq!(support::get(&proxy_url(&slow, "/slow")).await.0, 504);
+    slow.running.shutdown().await;
+}
+
+fn peak_rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_100_mib_upload_streams_through_with_bounded_memory() {
+    const MIB: usize = 1024 * 1024;
+    let up = upstream().await;
+    let server = proxy_within(&format!("http://{up}"), Duration::from_secs(120)).await;
+    let before = peak_rss_kib();
+    let chunk = Bytes::from(vec![7u8; MIB]);
+    let chunks =
+        futures_util::stream::iter((0..100).map(move |_| {
+            Ok::<_, std::convert::Infallible>(http_body::Frame::data(chunk.clone()))
+        }));
+    let stream = tokio::net::TcpStream::connect(server.running.proxy.unwrap())
+        .await
+        .unwrap();
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    let req = http::Request::post("/upload")
+        .header("host", "proxy")
+        .body(Body::new(StreamBody::new(chunks)))
+        .unwrap();
+    let res = sender.send_request(req).await.unwrap();
+    assert_eq!(res.status(), 200);
+    let body = res.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(body, (100 * MIB).to_string().as_bytes());
+    let grown_mib = (peak_rss_kib() - before) / 1024;
+    assert!(
+        grown_mib < 50,
+        "peak memory grew by {grown_mib} MiB for a 100 MiB body"
+    );
+    server.running.shutdown().await;
+}
