@@ -47,7 +47,8 @@ pub struct Args {
     /// Validate FILE, print what each limit means, and exit (non-zero on error).
     #[arg(long, value_name = "FILE", conflicts_with = "config")]
     check: Option<PathBuf>,
-    /// The store: memory, redis://HOST:PORT, rediss://HOST:PORT, redis+cluster://HOST:PORT[,...].
+    /// The store: memory, redis://HOST:PORT, rediss://HOST:PORT, redis+cluster://HOST:PORT[,...],
+    /// postgres://USER@HOST[:PORT]/DB.
     #[arg(
         long,
         value_name = "URL",

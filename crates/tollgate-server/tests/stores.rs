@@ -1,9 +1,10 @@
-//! The same descriptors through the memory store and a real Redis give the
-//! same decisions. Needs `redis-server` on PATH (TOLLGATE_SKIP_REDIS=1
-//! skips, saying so).
+//! The same descriptors through the memory store, a real Redis and a real
+//! PostgreSQL give the same decisions. Needs `redis-server` and PostgreSQL's
+//! binaries (TOLLGATE_SKIP_REDIS=1 / TOLLGATE_SKIP_POSTGRES=1 skip, saying so).
 
 mod support;
 
+use tollgate_postgres::harness::PgServer;
 use tollgate_redis::harness::{skip_requested, RedisServer};
 use tollgate_server::engine::{CheckRequest, DescriptorRequest};
 
@@ -79,4 +80,16 @@ async fn memory_and_redis_decide_alike() {
         memory.iter().any(|d| d.starts_with("OverLimit")),
         "the script must reach the limits"
     );
+}
+
+#[tokio::test]
+async fn memory_and_postgres_decide_alike() {
+    if tollgate_postgres::harness::skip_requested() {
+        eprintln!("TOLLGATE_SKIP_POSTGRES=1: the memory/PostgreSQL comparison is skipped");
+        return;
+    }
+    let postgres = PgServer::start().unwrap_or_else(|e| panic!("{e}"));
+    let memory = run("memory").await;
+    let shared = run(&postgres.url()).await;
+    assert_eq!(memory, shared);
 }
