@@ -3,9 +3,8 @@
 //! nanosecond; the store's own clock has microsecond resolution.
 
 use std::io::{BufRead, Write};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use anyhow::Context;
 use tokio::runtime::Runtime;
 use tollgate::Policy;
 use tollgate_cli::trace::{self, Summary};
@@ -25,18 +24,11 @@ pub fn connect(
     prefix: &str,
     timeout: Duration,
 ) -> anyhow::Result<(Runtime, PostgresBackend)> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
     let config = PostgresConfig::new(url)
         .prefix(prefix)
         .timeout(timeout)
         .cleanup_every(None);
-    let backend = runtime
-        .block_on(config.connect())
-        .with_context(|| format!("cannot use the store `{}`", tollgate_redis::redact(url)))?;
-    Ok((runtime, backend))
+    crate::store::connect_with(url, config.connect())
 }
 
 /// Replays a trace with its own times under a fresh key prefix: exactly the
@@ -49,8 +41,7 @@ pub fn replay<R: BufRead, W: Write>(
     output: W,
 ) -> anyhow::Result<Summary> {
     let policy = Policy::new(rule);
-    let run = SystemTime::now().duration_since(UNIX_EPOCH)?.as_nanos();
-    let prefix = format!("tollgate:replay:{}-{run}:", std::process::id());
+    let prefix = crate::store::replay_prefix()?;
     let (runtime, backend) = connect(url, &prefix, timeout)?;
     let summary = trace::replay_with(input, output, |key, t_ns, cost| {
         let key = std::str::from_utf8(key).map_err(|_| "the key is not UTF-8".to_string())?;

@@ -1,12 +1,13 @@
 //! Decisions through a shared store (`--store URL`): Redis or Redis Cluster,
 //! through `tollgate-redis`, with the store's own clock or a trace's times.
 
+use std::future::Future;
 use std::io::{BufRead, Write};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context};
 use tokio::runtime::Runtime;
-use tollgate::Policy;
+use tollgate::{BackendError, Policy};
 use tollgate_cli::trace::{self, Summary};
 use tollgate_core::Limit;
 use tollgate_redis::exact::{self, MAX_TIME_US};
@@ -28,15 +29,35 @@ pub fn connect(
              or {CLUSTER_SCHEME}HOST:PORT[,HOST:PORT...]"
         );
     }
+    connect_with(
+        url,
+        RedisConfig::new(url)
+            .prefix(prefix)
+            .timeout(timeout)
+            .connect(),
+    )
+}
+
+/// A runtime for the command's store calls, and the backend `connecting`
+/// yields on it; a failure names the store `url` without its credentials.
+pub fn connect_with<B>(
+    url: &str,
+    connecting: impl Future<Output = Result<B, BackendError>>,
+) -> anyhow::Result<(Runtime, B)> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    let config = RedisConfig::new(url).prefix(prefix).timeout(timeout);
     let backend = runtime
-        .block_on(config.connect())
-        .with_context(|| format!("cannot use the store `{shown}`"))?;
+        .block_on(connecting)
+        .with_context(|| format!("cannot use the store `{}`", redact(url)))?;
     Ok((runtime, backend))
+}
+
+/// A key prefix no earlier replay used, so a replay starts from fresh keys.
+pub fn replay_prefix() -> anyhow::Result<String> {
+    let run = SystemTime::now().duration_since(UNIX_EPOCH)?.as_nanos();
+    Ok(format!("tollgate:replay:{}-{run}:", std::process::id()))
 }
 
 /// Replays a trace through the store with the trace's own times, under a
@@ -59,8 +80,7 @@ pub fn replay<R: BufRead, W: Write>(
 ) -> anyhow::Result<Summary> {
     let policy = Policy::new(rule);
     let unit = exact::encode(&rule)?.time_unit_us();
-    let run = SystemTime::now().duration_since(UNIX_EPOCH)?.as_nanos();
-    let prefix = format!("tollgate:replay:{}-{run}:", std::process::id());
+    let prefix = replay_prefix()?;
     let (runtime, backend) = connect(url, &prefix, timeout)?;
     let mut base = None;
     let summary = trace::replay_with(input, output, |key, t_ns, cost| {
