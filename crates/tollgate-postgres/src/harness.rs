@@ -36,6 +36,9 @@ pub const USER: &str = "tollgate";
 /// How long a server may take to start or stop.
 const PATIENCE: Duration = Duration::from_secs(30);
 
+/// Ports tried before giving up on starting a server.
+const PORT_ATTEMPTS: usize = 5;
+
 /// Names of the harness's temporary directories: `<PREFIX><pid>-<n>`.
 const DIR_PREFIX: &str = "tollgate-pg-";
 
@@ -103,8 +106,17 @@ impl PgServer {
             child: None,
         };
         server.initdb()?;
-        server.resume()?;
-        Ok(server)
+        // A port found free can be taken by another process before the
+        // server binds it: the server then exits, and another port is tried.
+        for _ in 1..PORT_ATTEMPTS {
+            match server.resume() {
+                Err(_) if server.log_tail().contains("Address already in use") => {
+                    server.port = free_port()?;
+                }
+                started => return started.map(|()| server),
+            }
+        }
+        server.resume().map(|()| server)
     }
 
     /// One server for the whole test process, started on first use and

@@ -5,7 +5,7 @@
 //! `redis-server`). Each server runs without persistence in its own
 //! temporary directory and is killed when dropped.
 
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -15,6 +15,27 @@ pub const SKIP_VAR: &str = "TOLLGATE_SKIP_REDIS";
 
 /// How long a server or cluster may take to come up.
 const STARTUP: Duration = Duration::from_secs(10);
+
+/// Ports tried before giving up on starting a server.
+const PORT_ATTEMPTS: usize = 5;
+
+/// The certificate file of a TLS server, in its directory.
+const TLS_CERT: &str = "tls.crt";
+
+/// Why a spawn did not give a ready server.
+enum Spawn {
+    /// The process exited before answering, typically because its port was
+    /// taken meanwhile.
+    Exited(String),
+    /// Anything else.
+    Failed(HarnessError),
+}
+
+impl From<HarnessError> for Spawn {
+    fn from(e: HarnessError) -> Self {
+        Spawn::Failed(e)
+    }
+}
 
 /// Why a server could not be started.
 #[derive(Debug)]
@@ -59,78 +80,87 @@ pub struct RedisServer {
 impl RedisServer {
     /// Starts a standalone server (with `DEBUG` enabled for local clients).
     pub fn start() -> Result<Self, HarnessError> {
-        Self::start_with(free_port(0)?, Vec::new(), None)
+        Self::launch(0, None, false, |_, _| Ok(Vec::new()))
     }
 
     /// Starts a standalone server that requires `password` (`requirepass`).
     pub fn start_with_password(password: &str) -> Result<Self, HarnessError> {
-        let extra = vec!["--requirepass".into(), password.into()];
-        Self::start_with(free_port(0)?, extra, Some(password.into()))
+        Self::launch(0, Some(password.into()), false, |_, _| {
+            Ok(vec!["--requirepass".into(), password.into()])
+        })
     }
 
     /// Starts a server that speaks only TLS, with the certificate chain and
     /// key given in PEM (the chain's certificate also serves as the CA that
     /// `redis-cli` trusts). Clients need not present a certificate.
     pub fn start_tls(cert_pem: &str, key_pem: &str) -> Result<Self, HarnessError> {
-        let port = free_port(0)?;
-        let dir = server_dir(port)?;
-        let write = |name: &str, pem: &str| {
-            let path = dir.join(name);
-            std::fs::write(&path, pem).map_err(|e| HarnessError::Failed(e.to_string()))?;
-            Ok::<_, HarnessError>(path.to_string_lossy().into_owned())
-        };
-        let (cert, key) = (write("tls.crt", cert_pem)?, write("tls.key", key_pem)?);
-        let extra = [
-            "--port",
-            "0",
-            "--tls-port",
-            &port.to_string(),
-            "--tls-cert-file",
-            &cert,
-            "--tls-key-file",
-            &key,
-            "--tls-ca-cert-file",
-            &cert,
-            "--tls-auth-clients",
-            "no",
-        ];
-        let mut server = RedisServer {
-            port,
-            dir,
-            extra: extra.map(String::from).to_vec(),
-            password: None,
-            tls_ca: Some(cert.into()),
-            child: None,
-        };
-        server.spawn()?;
-        Ok(server)
+        Self::launch(0, None, true, |port, dir| {
+            let write = |name: &str, pem: &str| {
+                let path = dir.join(name);
+                std::fs::write(&path, pem).map_err(|e| HarnessError::Failed(e.to_string()))?;
+                Ok::<_, HarnessError>(path.to_string_lossy().into_owned())
+            };
+            let (cert, key) = (write(TLS_CERT, cert_pem)?, write("tls.key", key_pem)?);
+            let extra = [
+                "--port",
+                "0",
+                "--tls-port",
+                &port.to_string(),
+                "--tls-cert-file",
+                &cert,
+                "--tls-key-file",
+                &key,
+                "--tls-ca-cert-file",
+                &cert,
+                "--tls-auth-clients",
+                "no",
+            ];
+            Ok(extra.map(String::from).to_vec())
+        })
     }
 
     /// Starts a standalone server with extra `redis-server` arguments (for
     /// example `--maxmemory 1mb`).
     pub fn start_with_args(args: &[&str]) -> Result<Self, HarnessError> {
-        let extra = args.iter().map(|a| a.to_string()).collect();
-        Self::start_with(free_port(0)?, extra, None)
+        Self::launch(0, None, false, |_, _| {
+            Ok(args.iter().map(|a| a.to_string()).collect())
+        })
     }
 
-    fn start_with(
-        port: u16,
-        extra: Vec<String>,
+    /// Starts a server on a free port (free at `port + also_plus` too), with
+    /// the arguments `extra` gives for that port and directory. A port found
+    /// free can be taken by another process before the server binds it; the
+    /// server then exits, and another port is tried.
+    fn launch(
+        also_plus: u16,
         password: Option<String>,
+        tls: bool,
+        extra: impl Fn(u16, &std::path::Path) -> Result<Vec<String>, HarnessError>,
     ) -> Result<Self, HarnessError> {
-        let mut server = RedisServer {
-            port,
-            dir: server_dir(port)?,
-            extra,
-            password,
-            tls_ca: None,
-            child: None,
-        };
-        server.spawn()?;
-        Ok(server)
+        let mut why = String::new();
+        for _ in 0..PORT_ATTEMPTS {
+            let port = free_port(also_plus)?;
+            let dir = server_dir(port)?;
+            let mut server = RedisServer {
+                port,
+                extra: extra(port, &dir)?,
+                tls_ca: tls.then(|| dir.join(TLS_CERT)),
+                dir,
+                password: password.clone(),
+                child: None,
+            };
+            match server.spawn() {
+                Ok(()) => return Ok(server),
+                Err(Spawn::Exited(status)) => why = status,
+                Err(Spawn::Failed(e)) => return Err(e),
+            }
+        }
+        Err(HarnessError::Failed(format!(
+            "redis-server exited at start on {PORT_ATTEMPTS} ports in a row (last: {why})"
+        )))
     }
 
-    fn spawn(&mut self) -> Result<(), HarnessError> {
+    fn spawn(&mut self) -> Result<(), Spawn> {
         // A TLS server's own arguments set `--port 0` after this one.
         let child = Command::new("redis-server")
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
@@ -146,13 +176,27 @@ impl RedisServer {
                 std::io::ErrorKind::NotFound => HarnessError::Missing("redis-server"),
                 _ => HarnessError::Failed(e.to_string()),
             })?;
+        let pid = format!("process_id:{}", child.id());
         self.child = Some(child);
-        wait_until(|| self.ping(), "redis-server to answer PING")
-    }
-
-    fn ping(&self) -> bool {
-        TcpStream::connect(("127.0.0.1", self.port)).is_ok()
-            && self.cli(&["ping"]).is_ok_and(|out| out.trim() == "PONG")
+        let start = Instant::now();
+        while start.elapsed() < STARTUP {
+            if let Some(Ok(Some(status))) = self.child.as_mut().map(Child::try_wait) {
+                self.child = None;
+                return Err(Spawn::Exited(status.to_string()));
+            }
+            // Whoever answers must be our own process, not a server of
+            // another test that got the same port.
+            if self
+                .cli(&["info", "server"])
+                .is_ok_and(|info| info.lines().any(|l| l.trim() == pid))
+            {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Err(Spawn::Failed(HarnessError::Failed(
+            "timed out waiting for redis-server to answer".into(),
+        )))
     }
 
     /// The server's port on 127.0.0.1.
@@ -174,7 +218,13 @@ impl RedisServer {
     /// a new one on the same port.
     pub fn restart(&mut self) -> Result<(), HarnessError> {
         self.stop();
-        self.spawn()
+        self.spawn().map_err(|e| match e {
+            Spawn::Exited(status) => HarnessError::Failed(format!(
+                "redis-server exited at restart on port {} ({status})",
+                self.port
+            )),
+            Spawn::Failed(e) => e,
+        })
     }
 
     /// Runs `redis-cli` against this server (with its password, if it has
@@ -251,13 +301,13 @@ impl RedisCluster {
         let mut nodes: Vec<RedisServer> = Vec::with_capacity(3);
         for _ in 0..3 {
             // The cluster bus listens on port + 10000, which must be free too.
-            let port = free_port(10_000)?;
-            let extra = ["--cluster-enabled", "yes", "--cluster-config-file"]
-                .map(String::from)
-                .into_iter()
-                .chain([format!("nodes-{port}.conf")])
-                .collect();
-            nodes.push(RedisServer::start_with(port, extra, None)?);
+            nodes.push(RedisServer::launch(10_000, None, false, |port, _| {
+                Ok(["--cluster-enabled", "yes", "--cluster-config-file"]
+                    .map(String::from)
+                    .into_iter()
+                    .chain([format!("nodes-{port}.conf")])
+                    .collect())
+            })?);
         }
         let addrs: Vec<String> = nodes
             .iter()
