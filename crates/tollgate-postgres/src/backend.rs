@@ -9,10 +9,10 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio_postgres::tls::{MakeTlsConnect, TlsConnect};
 use tokio_postgres::types::Type;
 use tokio_postgres::{NoTls, Socket};
-use tollgate::{Backend, BackendError, Policy};
+use tollgate::{Backend, BackendError, Operation, Policy};
 use tollgate_core::{Decision, Lease, Limit, RetryAfter};
 
-use crate::encoding::{encode, stored_key, Operation};
+use crate::encoding::{encode, encode_operation, stored_key};
 use crate::errors::{classify, from_pool};
 use crate::numeric::{Integer, Numeric};
 use crate::schema::{self, Migration, Names, DEFAULT_SCHEMA, DEFAULT_TABLE};
@@ -412,7 +412,7 @@ impl PostgresBackend {
         now: Option<i64>,
         floor_ns: i64,
     ) -> Result<Lease, BackendError> {
-        let (code, amount) = op.encode(policy)?;
+        let (code, amount) = encode_operation(op, policy)?;
         let key = stored_key(&self.prefix, key)?;
         let encoded = encode(policy);
         let run = async {

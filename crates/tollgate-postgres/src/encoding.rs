@@ -1,8 +1,7 @@
 //! What a decision sends: the caller's key as stored, the policy as an id
 //! and a flat array of its limits, and the operation's code.
 
-use tollgate::{BackendError, Policy};
-use tollgate_core::{Algorithm, LeaseError};
+use tollgate::{Algorithm, BackendError, Operation, Policy};
 
 /// Longest caller key stored as is, in bytes; longer keys are hashed.
 pub const MAX_KEY_BYTES: usize = 512;
@@ -11,42 +10,16 @@ pub const MAX_KEY_BYTES: usize = 512;
 /// key can name a hashed one's row.
 const HASHED: char = '#';
 
-/// One operation of the [`Backend`](tollgate::Backend) trait on a key, with
-/// its amount; all go through the schema's one `_apply` function, which
-/// takes the operation as an argument.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Operation {
-    /// [`Backend::check`](tollgate::Backend::check) of this cost (0 peeks).
-    Check(u64),
-    /// [`Backend::refund`](tollgate::Backend::refund) of this cost.
-    Refund(u64),
-    /// [`Backend::force`](tollgate::Backend::force) of this cost.
-    Force(u64),
-    /// [`Backend::lease`](tollgate::Backend::lease) of at most this cost.
-    Lease(u64),
-}
-
-impl Operation {
-    /// The function's operation code and amount; a lease of a policy with
-    /// a sliding log is refused here, before reaching the database.
-    pub(crate) fn encode(self, policy: &Policy) -> Result<(i16, u64), BackendError> {
-        Ok(match self {
-            Operation::Check(cost) => (0, cost),
-            Operation::Refund(cost) => (1, cost),
-            Operation::Force(cost) => (2, cost),
-            Operation::Lease(max) => {
-                if policy
-                    .limits()
-                    .iter()
-                    .any(|l| l.algorithm == Algorithm::SlidingLog)
-                {
-                    let refused = LeaseError::NotLeasable(Algorithm::SlidingLog);
-                    return Err(BackendError::UnsupportedPolicy(refused.to_string()));
-                }
-                (3, max)
-            }
-        })
-    }
+/// The schema's `_apply` function's operation code and amount; a lease of a
+/// policy with a sliding log is refused here, before reaching the database.
+pub(crate) fn encode_operation(op: Operation, policy: &Policy) -> Result<(i16, u64), BackendError> {
+    op.supported_by(policy)?;
+    Ok(match op {
+        Operation::Check(cost) => (0, cost),
+        Operation::Refund(cost) => (1, cost),
+        Operation::Force(cost) => (2, cost),
+        Operation::Lease(max) => (3, max),
+    })
 }
 
 /// The key as stored: itself when it is 1 to [`MAX_KEY_BYTES`] bytes without

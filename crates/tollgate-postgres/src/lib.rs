@@ -45,7 +45,8 @@ pub use backend::{
     PostgresBackend, PostgresConfig, DEFAULT_CLEANUP_BATCH, DEFAULT_CLEANUP_EVERY,
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_POOL_SIZE, DEFAULT_REPLAY_FLOOR, DEFAULT_TIMEOUT,
 };
-pub use encoding::{Operation, MAX_KEY_BYTES};
+pub use encoding::MAX_KEY_BYTES;
 pub use schema::{
     migrate, Migration, Names, DEFAULT_SCHEMA, DEFAULT_TABLE, MAX_TABLE_LEN, SCHEMA_VERSION,
 };
+pub use tollgate::Operation;

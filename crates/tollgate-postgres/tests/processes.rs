@@ -10,10 +10,11 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use tollgate::{Algorithm, Backend, Limit, Policy, Quota};
+use tollgate::{Algorithm, Backend, Policy};
 use tollgate_postgres::harness::{skip_requested, PgServer};
 use tollgate_postgres::naive::NaiveWindow;
 use tollgate_postgres::PostgresConfig;
+use tollgate_testkit::race::hourly;
 
 const PROCESSES: usize = 20;
 const REQUESTS: usize = 25;
@@ -23,20 +24,8 @@ const NAIVE_TABLE: &str = "naive_race";
 const NAIVE_ROUNDS: usize = 5;
 const WORKER_VAR: &str = "TOLLGATE_PG_WORKER";
 
-/// 100 per hour: nothing refills or rolls over during a round (unless the
-/// hour turns, which the fixed window would show as more than 100).
 fn policy(algorithm: Algorithm) -> Policy {
-    let hour = 3_600_000_000_000;
-    // The queue serves one at once and holds `burst` more.
-    let burst = if algorithm == Algorithm::LeakyQueue {
-        LIMIT - 1
-    } else {
-        LIMIT
-    };
-    Policy::new(Limit::new(
-        algorithm,
-        Quota::with_parts(LIMIT, hour, burst).unwrap(),
-    ))
+    hourly(algorithm, LIMIT)
 }
 
 fn main() {

@@ -9,12 +9,13 @@
 //! `cargo run -p tollgate-redis --example race [-- redis://HOST:PORT]`
 //! (without a URL it starts its own `redis-server` on a free port).
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use redis::AsyncCommands;
-use tollgate::{Algorithm, Backend, Limit, Policy, Quota};
+use tollgate::{Algorithm, Limit, Policy, Quota};
 use tollgate_redis::harness::RedisServer;
-use tollgate_redis::RedisBackend;
+use tollgate_redis::RedisConfig;
+use tollgate_testkit::race::{admitted, charge_one, report};
 
 const CLIENTS: usize = 50;
 const REQUESTS: usize = 10;
@@ -50,45 +51,32 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let mut naive = Vec::new();
     for _ in 0..CLIENTS {
-        let mut conn = client.get_multiplexed_async_connection().await?;
+        let conn = client.get_multiplexed_async_connection().await?;
         let key = naive_key.clone();
-        naive.push(tokio::spawn(async move {
-            let mut admitted = 0;
-            for _ in 0..REQUESTS {
-                admitted += naive_check(&mut conn, &key).await? as u64;
-            }
-            Ok::<_, redis::RedisError>(admitted)
-        }));
+        naive.push(move || {
+            let (mut conn, key) = (conn.clone(), key.clone());
+            async move { naive_check(&mut conn, &key).await }
+        });
     }
-    let mut naive_admitted = 0;
-    for task in naive {
-        naive_admitted += task.await??;
-    }
+    let naive_admitted = admitted(naive, REQUESTS).await?;
 
     let policy = Policy::new(Limit::new(Algorithm::FixedWindow, Quota::per_hour(LIMIT)?));
     let atomic_key = format!("race:{run}");
     let mut atomic = Vec::new();
     for _ in 0..CLIENTS {
-        let backend = RedisBackend::connect(&url).await?;
-        let (policy, key) = (policy.clone(), atomic_key.clone());
-        atomic.push(tokio::spawn(async move {
-            let mut admitted = 0;
-            for _ in 0..REQUESTS {
-                admitted += backend.check(&key, &policy, 1).await?.allowed as u64;
-            }
-            Ok::<_, tollgate::BackendError>(admitted)
-        }));
+        // This shows the race, not the latency: a busy machine may take
+        // longer than the default deadline.
+        let backend = RedisConfig::new(&url)
+            .timeout(Duration::from_secs(2))
+            .connect()
+            .await?;
+        atomic.push(charge_one(backend, &atomic_key, &policy));
     }
-    let mut atomic_admitted = 0;
-    for task in atomic {
-        atomic_admitted += task.await??;
-    }
+    let atomic_admitted = admitted(atomic, REQUESTS).await?;
 
-    let total = CLIENTS * REQUESTS;
     println!(
-        "limit {LIMIT} per hour, {CLIENTS} concurrent clients x {REQUESTS} requests = {total}"
+        "{}",
+        report(LIMIT, CLIENTS, REQUESTS, naive_admitted, atomic_admitted)
     );
-    println!("naive read-then-write fixed window: {naive_admitted} let through");
-    println!("tollgate atomic fixed window:       {atomic_admitted} let through");
     Ok(())
 }

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis::{Cmd, ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
-use tollgate::{Backend, BackendError, Policy};
-use tollgate_core::{Algorithm, Decision, Lease, LeaseError, Limit, RetryAfter};
+use tollgate::{Backend, BackendError, Operation, Policy};
+use tollgate_core::{Decision, Lease, Limit, RetryAfter};
 
 use crate::conn::Conn;
 use crate::exact::{self, Encoded, MAX_EXACT, MAX_TIME_US};
@@ -256,7 +256,7 @@ impl RedisBackend {
         op: Operation,
         now_us: Option<u64>,
     ) -> Result<Lease, BackendError> {
-        let (name, amount) = op.encode(policy)?;
+        let (name, amount) = encode_operation(op, policy)?;
         let keys = self.redis_keys(key, policy)?;
         let limits = policy
             .limits()
@@ -401,49 +401,25 @@ impl Backend for RedisBackend {
     }
 }
 
-/// One operation of the [`Backend`] trait on a key, with its amount.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Operation {
-    /// [`Backend::check`] of this cost.
-    Check(u64),
-    /// [`Backend::refund`] of this cost.
-    Refund(u64),
-    /// [`Backend::force`] of this cost.
-    Force(u64),
-    /// [`Backend::lease`] of at most this cost.
-    Lease(u64),
-}
-
-impl Operation {
-    /// The script's name of the operation and its amount, which must be an
-    /// exact double. Amounts beyond 2^53 mean the same as 2^53 for a check,
-    /// a refund (every stored value is below it) and a lease (capacities
-    /// are below it); a forced charge that large is refused.
-    fn encode(self, policy: &Policy) -> Result<(&'static str, u64), BackendError> {
-        let exact = |v: u64| v.min(MAX_EXACT as u64);
-        Ok(match self {
-            Operation::Check(cost) => ("check", exact(cost)),
-            Operation::Refund(cost) => ("refund", exact(cost)),
-            Operation::Force(cost) if cost as u128 > MAX_EXACT => {
-                return Err(BackendError::OutOfRange(format!(
-                    "a forced charge of {cost} is beyond 2^53, where the store's \
-                     arithmetic stops being exact"
-                )))
-            }
-            Operation::Force(cost) => ("force", cost),
-            Operation::Lease(max) => {
-                if policy
-                    .limits()
-                    .iter()
-                    .any(|l| l.algorithm == Algorithm::SlidingLog)
-                {
-                    let refused = LeaseError::NotLeasable(Algorithm::SlidingLog);
-                    return Err(BackendError::UnsupportedPolicy(refused.to_string()));
-                }
-                ("lease", exact(max))
-            }
-        })
-    }
+/// The script's name of the operation and its amount, which must be an
+/// exact double. Amounts beyond 2^53 mean the same as 2^53 for a check, a
+/// refund (every stored value is below it) and a lease (capacities are below
+/// it); a forced charge that large is refused.
+fn encode_operation(op: Operation, policy: &Policy) -> Result<(&'static str, u64), BackendError> {
+    op.supported_by(policy)?;
+    let exact = |v: u64| v.min(MAX_EXACT as u64);
+    Ok(match op {
+        Operation::Check(cost) => ("check", exact(cost)),
+        Operation::Refund(cost) => ("refund", exact(cost)),
+        Operation::Force(cost) if cost as u128 > MAX_EXACT => {
+            return Err(BackendError::OutOfRange(format!(
+                "a forced charge of {cost} is beyond 2^53, where the store's \
+                 arithmetic stops being exact"
+            )))
+        }
+        Operation::Force(cost) => ("force", cost),
+        Operation::Lease(max) => ("lease", exact(max)),
+    })
 }
 
 fn encode(limit: &Limit) -> Result<Encoded, BackendError> {

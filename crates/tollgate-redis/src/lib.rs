@@ -42,10 +42,11 @@ mod redact;
 mod script;
 
 pub use backend::{
-    Operation, RedisBackend, RedisConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX,
-    DEFAULT_REPLAY_TTL, DEFAULT_TIMEOUT,
+    RedisBackend, RedisConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX, DEFAULT_REPLAY_TTL,
+    DEFAULT_TIMEOUT,
 };
 pub use conn::CLUSTER_SCHEME;
 pub use keys::{KeySpace, MAX_KEY_BYTES};
 pub use redact::redact;
 pub use script::{eval_script, ScriptMode, FUNCTION, LIBRARY};
+pub use tollgate::Operation;

@@ -8,28 +8,17 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use tollgate::{Algorithm, Backend, BackendError, Limit, Policy, Quota};
+use tollgate::{Algorithm, Backend, BackendError, Policy};
 use tollgate_redis::RedisBackend;
+use tollgate_testkit::race::{admitted, charge_one, hourly};
 
 const CLIENTS: usize = 20;
 const REQUESTS: usize = 25;
 const ROUNDS: usize = 20;
 const LIMIT: u64 = 100;
 
-/// 100 per hour: nothing refills or rolls over during a round, so the only
-/// way to admit more or less than 100 is a race.
 fn policy(algorithm: Algorithm) -> Policy {
-    let hour = 3_600_000_000_000;
-    // The queue serves one at once and holds `burst` more.
-    let burst = if algorithm == Algorithm::LeakyQueue {
-        LIMIT - 1
-    } else {
-        LIMIT
-    };
-    Policy::new(Limit::new(
-        algorithm,
-        Quota::with_parts(LIMIT, hour, burst).unwrap(),
-    ))
+    hourly(algorithm, LIMIT)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -47,24 +36,11 @@ async fn concurrent_clients_admit_exactly_the_limit() {
         let policy = policy(algorithm);
         for round in 0..ROUNDS {
             let key = format!("{algorithm}-{round}");
-            let tasks: Vec<_> = clients
+            let checks = clients
                 .iter()
-                .map(|client| {
-                    let (client, policy, key) = (client.clone(), policy.clone(), key.clone());
-                    tokio::spawn(async move {
-                        let mut admitted = 0;
-                        for _ in 0..REQUESTS {
-                            admitted +=
-                                client.check(&key, &policy, 1).await.unwrap().allowed as u64;
-                        }
-                        admitted
-                    })
-                })
+                .map(|client| charge_one(client.clone(), &key, &policy))
                 .collect();
-            let mut admitted = 0;
-            for task in tasks {
-                admitted += task.await.unwrap();
-            }
+            let admitted = admitted(checks, REQUESTS).await.unwrap();
             assert_eq!(admitted, LIMIT, "{algorithm}, round {round}");
         }
     }

@@ -1,7 +1,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use tollgate_core::{Decision, Lease};
+use tollgate_core::{Algorithm, Decision, Lease, LeaseError};
 
 use crate::Policy;
 
@@ -78,6 +78,35 @@ pub trait Backend: Send + Sync {
         policy: &Policy,
         max: u64,
     ) -> impl Future<Output = Result<Lease, BackendError>> + Send;
+}
+
+/// One of the [`Backend`] operations that change a key, with its amount:
+/// the vocabulary shared stores use to send any of them through one
+/// server-side entry point.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Operation {
+    /// [`Backend::check`] of this cost (0 peeks).
+    Check(u64),
+    /// [`Backend::refund`] of this cost.
+    Refund(u64),
+    /// [`Backend::force`] of this cost.
+    Force(u64),
+    /// [`Backend::lease`] of at most this cost.
+    Lease(u64),
+}
+
+impl Operation {
+    /// Refuses, before any store is asked, what no store can do: a lease of
+    /// a policy with a sliding log (whose timestamps cannot be charged ahead
+    /// of the requests).
+    pub fn supported_by(self, policy: &Policy) -> Result<(), BackendError> {
+        let log = |l: &tollgate_core::Limit| l.algorithm == Algorithm::SlidingLog;
+        if matches!(self, Operation::Lease(_)) && policy.limits().iter().any(log) {
+            let refused = LeaseError::NotLeasable(Algorithm::SlidingLog);
+            return Err(BackendError::UnsupportedPolicy(refused.to_string()));
+        }
+        Ok(())
+    }
 }
 
 /// Why a store could not decide. Distinct kinds so a caller can choose per

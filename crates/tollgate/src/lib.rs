@@ -74,7 +74,7 @@ mod sharded;
 mod store;
 
 #[cfg(feature = "async")]
-pub use backend::{Backend, BackendError};
+pub use backend::{Backend, BackendError, Operation};
 #[cfg(feature = "async")]
 pub use batched::{BatchConfig, BatchStats, Batched};
 pub use breaker::{Breaker, BreakerConfig, BreakerState, CallPermit};
