@@ -9,6 +9,7 @@ use failure::Failure;
 
 mod check;
 mod failure;
+mod loadtest;
 mod migrate;
 mod postgres;
 mod replay;
@@ -41,6 +42,8 @@ enum Command {
     Migrate(migrate::Args),
     /// Serve rate limits: Envoy's gRPC API, an HTTP JSON API, a reverse proxy.
     Serve(serve::Args),
+    /// Load-test a real endpoint and report what its clients get.
+    Loadtest(loadtest::Args),
 }
 
 fn main() -> ExitCode {
@@ -60,6 +63,9 @@ fn main() -> ExitCode {
             .map(|()| ExitCode::SUCCESS)
             .map_err(Failure::from),
         Command::Serve(args) => serve::run(args)
+            .map(|()| ExitCode::SUCCESS)
+            .map_err(Failure::from),
+        Command::Loadtest(args) => loadtest::run(args)
             .map(|()| ExitCode::SUCCESS)
             .map_err(Failure::from),
     };
