@@ -1,17 +1,19 @@
 //! One kept-alive HTTP/1.1 connection (hyper's client `conn` API), and what
 //! became of one request on it.
 
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
+use std::task::Poll;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::Request;
 use http_body_util::{BodyExt, Empty, Limited};
-use hyper::client::conn::http1::SendRequest;
+use hyper::client::conn::http1::{Connection, SendRequest};
 use hyper_util::rt::TokioIo;
 use serde::Serialize;
 use tokio::net::TcpStream;
-use tokio::task::JoinHandle;
 
 use crate::fields;
 
@@ -58,17 +60,48 @@ pub struct Answer {
     pub policy: bool,
 }
 
-/// A connection and the task driving it (aborted when dropped, so that a
-/// connection abandoned after a timeout does not linger).
+/// hyper's connection future: reads and writes the socket.
+type Driver = Pin<Box<Connection<TokioIo<TcpStream>, Empty<Bytes>>>>;
+
+/// A connection, driven by the task that sends on it (no second task, so
+/// no wake-up crosses threads per request: the generator must not be the
+/// bottleneck). Dropping it closes the socket, so a connection abandoned
+/// after a timeout does not linger.
 pub struct Conn {
     sender: SendRequest<Empty<Bytes>>,
-    task: JoinHandle<()>,
+    driver: Driver,
+    /// The driver finished: the server closed, or the connection failed.
+    ended: bool,
 }
 
-impl Drop for Conn {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
+/// Polls `work` and the connection's driver together until `work` is done;
+/// a driver that ends first (the server closed) fails it.
+async fn drive<F: Future>(
+    driver: &mut Driver,
+    ended: &mut bool,
+    work: F,
+) -> Result<F::Output, Failure> {
+    let mut work = std::pin::pin!(work);
+    std::future::poll_fn(|cx| {
+        if let Poll::Ready(out) = work.as_mut().poll(cx) {
+            return Poll::Ready(Ok(out));
+        }
+        if *ended {
+            return Poll::Ready(Err(Failure::Closed));
+        }
+        match driver.as_mut().poll(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(result) => {
+                *ended = true;
+                match work.as_mut().poll(cx) {
+                    Poll::Ready(out) => Poll::Ready(Ok(out)),
+                    Poll::Pending if result.is_err() => Poll::Ready(Err(Failure::Protocol)),
+                    Poll::Pending => Poll::Ready(Err(Failure::Closed)),
+                }
+            }
+        }
+    })
+    .await
 }
 
 impl Conn {
@@ -79,22 +112,33 @@ impl Conn {
                 .await
                 .map_err(|_| Failure::Connect)?;
             let _ = stream.set_nodelay(true);
-            let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            let (sender, driver) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
                 .await
                 .map_err(|_| Failure::Connect)?;
-            let task = tokio::spawn(async move {
-                let _ = conn.await;
-            });
-            Ok(Conn { sender, task })
+            Ok(Conn {
+                sender,
+                driver: Box::pin(driver),
+                ended: false,
+            })
         };
         tokio::time::timeout(timeout, open)
             .await
             .unwrap_or(Err(Failure::Timeout))
     }
 
-    /// Whether the server closed the connection (it cannot be reused).
-    pub fn is_closed(&self) -> bool {
-        self.sender.is_closed()
+    /// Whether the server closed the connection (it cannot be reused):
+    /// polls the driver once, so a close that arrived while the connection
+    /// sat idle is seen before a request is sent on it.
+    pub async fn is_closed(&mut self) -> bool {
+        if !self.ended {
+            let driver = &mut self.driver;
+            if let Poll::Ready(_) =
+                std::future::poll_fn(|cx| Poll::Ready(driver.as_mut().poll(cx))).await
+            {
+                self.ended = true;
+            }
+        }
+        self.ended || self.sender.is_closed()
     }
 
     /// Sends `request` and reads the whole answer within `timeout`. After
@@ -104,13 +148,21 @@ impl Conn {
         request: Request<Empty<Bytes>>,
         timeout: Duration,
     ) -> Result<Answer, Failure> {
+        let Conn {
+            sender,
+            driver,
+            ended,
+        } = self;
         let exchange = async {
-            self.sender.ready().await.map_err(classify)?;
-            let response = self.sender.send_request(request).await.map_err(classify)?;
+            drive(driver, ended, sender.ready())
+                .await?
+                .map_err(classify)?;
+            let response = drive(driver, ended, sender.send_request(request))
+                .await?
+                .map_err(classify)?;
             let (parts, body) = response.into_parts();
-            Limited::new(body, MAX_BODY)
-                .collect()
-                .await
+            drive(driver, ended, Limited::new(body, MAX_BODY).collect())
+                .await?
                 .map_err(|_| Failure::Protocol)?;
             Ok(Answer {
                 status: parts.status.as_u16(),

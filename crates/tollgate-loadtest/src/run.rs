@@ -7,7 +7,7 @@
 //! was busy at its time) drops it and counts it, so a slow server shows as
 //! dropped requests, never as a quietly lower offered load.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -68,7 +68,6 @@ pub struct Outcome {
 /// One client's state, as its behaviour needs it.
 struct ClientState {
     behaviour: Behaviour,
-    in_flight: u32,
     /// Honour: waiting for a retry at `Retry-After`; scheduled arrivals
     /// are withheld meanwhile.
     waiting: bool,
@@ -89,6 +88,10 @@ struct Shared {
     target: Target,
     key_header: HeaderName,
     keys: Vec<HeaderValue>,
+    host: HeaderValue,
+    /// Requests in flight per client (outside the lock: an answer that
+    /// changes nothing else takes no lock).
+    in_flight: Vec<AtomicU32>,
     timeout: Duration,
     max_lateness_ns: u64,
     backoff: Backoff,
@@ -114,10 +117,7 @@ impl Shared {
         *request.method_mut() = Method::GET;
         *request.uri_mut() = self.target.path.clone().into();
         let headers = request.headers_mut();
-        // The authority is a valid header value: it parsed as part of a URI.
-        if let Ok(host) = HeaderValue::from_str(self.target.authority.as_str()) {
-            headers.insert(http::header::HOST, host);
-        }
+        headers.insert(http::header::HOST, self.host.clone());
         headers.insert(self.key_header.clone(), self.keys[client as usize].clone());
         request
     }
@@ -164,11 +164,13 @@ pub async fn run(
         .enumerate()
         .map(|(i, behaviour)| ClientState {
             behaviour,
-            in_flight: 0,
             waiting: false,
             rng: fastrand::Rng::with_seed(mix(config.seed.wrapping_add(0x5eed) ^ mix(i as u64))),
         })
         .collect();
+    let host = HeaderValue::from_str(target.authority.as_str())
+        .map_err(|_| crate::Error::Target(format!("`{}`: bad host", config.url)))?;
+    let in_flight = (0..config.clients).map(|_| AtomicU32::new(0)).collect();
     let shared = Arc::new(Shared {
         start: Instant::now(),
         plan: Mutex::new(Plan {
@@ -179,6 +181,8 @@ pub async fn run(
         target,
         key_header,
         keys,
+        host,
+        in_flight,
         timeout: config.timeout,
         max_lateness_ns: config.max_lateness.as_nanos().min(u64::MAX as u128) as u64,
         backoff: config.backoff,
@@ -189,28 +193,34 @@ pub async fn run(
     let sinks: Vec<Arc<Mutex<Vec<Record>>>> = (0..config.connections.max(1))
         .map(|_| Arc::default())
         .collect();
-    let mut tasks = tokio::task::JoinSet::new();
-    for sink in &sinks {
-        tasks.spawn(connection(Arc::clone(&shared), Arc::clone(sink)));
-    }
     // Every wait in a connection is bounded (by the schedule's end, the
     // timeout and the backoff cap), so this is a safety net only: a run
     // never outlives its bounds by more than this.
     let last_retry = config.backoff.cap.max(Duration::from_secs(1));
     let hard_stop = config
         .duration
-        .map(|d| d + config.timeout * 2 + last_retry + Duration::from_secs(1));
-    let all = async { while tasks.join_next().await.is_some() {} };
-    match hard_stop {
-        Some(limit) => {
-            if tokio::time::timeout_at(shared.start + limit, all)
-                .await
-                .is_err()
-            {
-                tasks.abort_all();
-            }
+        .map(|d| shared.start + d + config.timeout * 2 + last_retry + Duration::from_secs(1));
+    // One single-threaded runtime per core, as wrk has one event loop per
+    // thread: a connection's wake-ups stay on its thread.
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(sinks.len());
+    let mut handles = Vec::new();
+    for t in 0..threads {
+        let mine: Vec<_> = sinks.iter().skip(t).step_by(threads).cloned().collect();
+        let shared = Arc::clone(&shared);
+        let spawned = std::thread::Builder::new()
+            .name(format!("loadtest-{t}"))
+            .spawn(move || event_loop(shared, mine, hard_stop));
+        handles.push(
+            spawned.map_err(|e| crate::Error::Config(format!("cannot start a thread: {e}")))?,
+        );
+    }
+    for handle in handles {
+        let joined = tokio::task::spawn_blocking(move || handle.join()).await;
+        if !matches!(joined, Ok(Ok(()))) {
+            return Err(crate::Error::Config("a load thread failed".into()));
         }
-        None => all.await,
     }
     let elapsed_ns = shared.now_ns();
     let records = sinks
@@ -228,38 +238,69 @@ pub async fn run(
     })
 }
 
+/// Runs the connections of `sinks` on this thread until they end (or the
+/// hard stop passes; they are then dropped, closing their sockets).
+fn event_loop(
+    shared: Arc<Shared>,
+    sinks: Vec<Arc<Mutex<Vec<Record>>>>,
+    hard_stop: Option<Instant>,
+) {
+    let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    else {
+        return;
+    };
+    runtime.block_on(async move {
+        let mut tasks = tokio::task::JoinSet::new();
+        for sink in sinks {
+            tasks.spawn(connection(Arc::clone(&shared), sink));
+        }
+        let all = async { while tasks.join_next().await.is_some() {} };
+        match hard_stop {
+            Some(at) => {
+                let _ = tokio::time::timeout_at(at, all).await;
+            }
+            None => all.await,
+        }
+    });
+}
+
 /// One connection's loop.
 async fn connection(shared: Arc<Shared>, sink: Arc<Mutex<Vec<Record>>>) {
     let mut conn: Option<Conn> = None;
     loop {
-        let job = {
+        // One lock takes the job and, when it is already due, admits it
+        // (the closed loop and a busy run need no second lock).
+        let (job, admitted) = {
             let mut plan = shared.plan();
-            let job = plan.schedule.pop();
+            let Some(job) = plan.schedule.pop() else {
+                break;
+            };
             shared
                 .offered
                 .store(plan.schedule.offered, Ordering::Relaxed);
-            job
-        };
-        let Some(job) = job else { break };
-        let now = shared.now_ns();
-        if shared.closed && job.kind == Kind::Scheduled {
-            if now >= shared.end_ns {
-                break;
-            }
-        } else if now > job.due_ns.saturating_add(shared.max_lateness_ns) {
-            shared.plan().unsent.dropped += u64::from(job.kind == Kind::Scheduled);
-            continue;
-        } else if job.due_ns > now {
-            tokio::time::sleep_until(shared.start + Duration::from_nanos(job.due_ns)).await;
-        }
-        {
-            let mut plan = shared.plan();
-            let client = &mut plan.clients[job.client as usize];
-            if client.waiting && job.kind == Kind::Scheduled {
-                plan.unsent.withheld += 1;
+            let now = shared.now_ns();
+            let scheduled = job.kind == Kind::Scheduled;
+            if shared.closed && scheduled {
+                if now >= shared.end_ns {
+                    break;
+                }
+            } else if now > job.due_ns.saturating_add(shared.max_lateness_ns) {
+                plan.unsent.dropped += u64::from(scheduled);
                 continue;
             }
-            client.in_flight += 1;
+            let due = shared.closed && scheduled || job.due_ns <= now;
+            if due && !admit(&shared, &mut plan, job) {
+                continue;
+            }
+            (job, due)
+        };
+        if !admitted {
+            tokio::time::sleep_until(shared.start + Duration::from_nanos(job.due_ns)).await;
+            if !admit(&shared, &mut shared.plan(), job) {
+                continue;
+            }
         }
         let sent_ns = shared.now_ns();
         let outcome = exchange(&shared, &mut conn, job.client).await;
@@ -276,14 +317,27 @@ async fn connection(shared: Arc<Shared>, sink: Arc<Mutex<Vec<Record>>>) {
     }
 }
 
+/// Whether `job` goes out now: a scheduled arrival of a client waiting for
+/// its `Retry-After` is withheld instead.
+fn admit(shared: &Shared, plan: &mut Plan, job: Job) -> bool {
+    if job.kind == Kind::Scheduled && plan.clients[job.client as usize].waiting {
+        plan.unsent.withheld += 1;
+        return false;
+    }
+    shared.in_flight[job.client as usize].fetch_add(1, Ordering::Relaxed);
+    true
+}
+
 /// Sends one request on `conn`, opening a connection when there is none.
 async fn exchange(
     shared: &Shared,
     conn: &mut Option<Conn>,
     client: u32,
 ) -> Result<Answer, Failure> {
-    if conn.as_ref().is_some_and(Conn::is_closed) {
-        *conn = None;
+    if let Some(open) = conn.as_mut() {
+        if open.is_closed().await {
+            *conn = None;
+        }
     }
     if conn.is_none() {
         *conn = Some(Conn::open(shared.target.addr, shared.timeout).await?);
@@ -301,14 +355,7 @@ async fn exchange(
 /// Updates the client after an answer: honour waits for `Retry-After` and
 /// retries then; backoff retries after a jittered exponential wait.
 fn react(shared: &Shared, job: Job, outcome: &Result<Answer, Failure>, now_ns: u64) {
-    let mut plan = shared.plan();
-    let Plan {
-        schedule,
-        clients,
-        unsent,
-    } = &mut *plan;
-    let client = &mut clients[job.client as usize];
-    client.in_flight -= 1;
+    shared.in_flight[job.client as usize].fetch_sub(1, Ordering::Relaxed);
     let is_retry_at_retry_after = matches!(
         job.kind,
         Kind::Retry {
@@ -316,10 +363,20 @@ fn react(shared: &Shared, job: Job, outcome: &Result<Answer, Failure>, now_ns: u
             ..
         }
     );
+    let refused = matches!(outcome, Ok(a) if a.status == 429 || a.status == 503);
+    if !refused && !is_retry_at_retry_after {
+        return;
+    }
+    let mut plan = shared.plan();
+    let Plan {
+        schedule,
+        clients,
+        unsent,
+    } = &mut *plan;
+    let client = &mut clients[job.client as usize];
     if is_retry_at_retry_after {
         client.waiting = false;
     }
-    let refused = matches!(outcome, Ok(a) if a.status == 429 || a.status == 503);
     if !refused {
         return;
     }
@@ -349,7 +406,7 @@ fn react(shared: &Shared, job: Job, outcome: &Result<Answer, Failure>, now_ns: u
                     kind: Kind::Retry {
                         attempt,
                         at_retry_after: true,
-                        clean: client.in_flight == 0,
+                        clean: shared.in_flight[job.client as usize].load(Ordering::Relaxed) == 0,
                     },
                 });
             }
