@@ -2,18 +2,19 @@
 //! `tollgate-loadtest`); this module maps flags to its configuration,
 //! shows progress and writes the report.
 
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context;
-use indicatif::{ProgressBar, ProgressStyle};
 use tollgate_cli::duration::parse_duration;
 use tollgate_cli::output_file::OutputFile;
 use tollgate_cli::rule_args::parse_policy;
 use tollgate_core::Limit;
 use tollgate_loadtest::config::{Arrivals, Backoff, Config, Mix, Rate};
 use tollgate_loadtest::report::Report;
+
+use crate::terminal::{print_summary, Bar};
 
 const EXAMPLE: &str = "\
 Example: the README's demo (3x a policy of 100 a minute with bursts of 20, per API key):
@@ -136,30 +137,11 @@ impl Args {
     }
 }
 
-/// A progress bar on standard error, hidden when that is not a terminal.
-struct Bar(ProgressBar);
-
-impl tollgate_loadtest::Progress for Bar {
-    fn advance(&self, units: u64) {
-        self.0.inc(units);
-    }
-}
-
 /// Runs the load test, prints the report and writes it with the charts.
 pub fn run(args: Args) -> anyhow::Result<()> {
     let out = args.out.clone();
     let config = args.config();
-    let bar = if std::io::stderr().is_terminal() {
-        let bar = ProgressBar::new(tollgate_loadtest::progress_units(&config));
-        bar.set_style(
-            ProgressStyle::with_template("loading {bar:40} {percent:>3}% eta {eta}")
-                .context("progress bar template")?,
-        );
-        bar
-    } else {
-        ProgressBar::hidden()
-    };
-    let bar = Bar(bar);
+    let bar = Bar::new("loading", tollgate_loadtest::progress_units(&config))?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -173,14 +155,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         report.charts.len(),
         dir = out.display()
     );
-    // A reader that stops early (`| head`) is not an error: the report is
-    // already on disk.
-    match std::io::stdout().lock().write_all(summary.as_bytes()) {
-        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
-            Err(e).context("cannot print the summary")
-        }
-        _ => Ok(()),
-    }
+    print_summary(&summary)
 }
 
 /// `report.md`, `report.json` (each replaced in one step) and the charts.

@@ -16,6 +16,7 @@ mod replay;
 mod serve;
 mod simulate;
 mod store;
+mod terminal;
 mod timeout;
 
 /// Exact rate limiting: replay traces through any of the seven algorithms.
