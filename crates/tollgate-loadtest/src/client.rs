@@ -132,8 +132,9 @@ impl Conn {
     pub async fn is_closed(&mut self) -> bool {
         if !self.ended {
             let driver = &mut self.driver;
-            if let Poll::Ready(_) =
-                std::future::poll_fn(|cx| Poll::Ready(driver.as_mut().poll(cx))).await
+            if std::future::poll_fn(|cx| Poll::Ready(driver.as_mut().poll(cx)))
+                .await
+                .is_ready()
             {
                 self.ended = true;
             }

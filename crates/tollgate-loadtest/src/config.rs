@@ -199,7 +199,7 @@ impl Mix {
         self.0
             .iter()
             .zip(counts)
-            .flat_map(|((b, _), n)| std::iter::repeat_n(*b, n as usize))
+            .flat_map(|((b, _), n)| std::iter::repeat(*b).take(n as usize))
             .collect()
     }
 }

