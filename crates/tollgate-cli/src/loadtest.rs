@@ -179,18 +179,10 @@ fn write(dir: &Path, report: &Report) -> anyhow::Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use clap::Parser;
-
     use super::*;
 
-    #[derive(Parser)]
-    struct Cli {
-        #[command(flatten)]
-        args: Args,
-    }
-
     fn parse(argv: &[&str]) -> Result<Args, clap::Error> {
-        Cli::try_parse_from(std::iter::once("loadtest").chain(argv.iter().copied())).map(|c| c.args)
+        crate::terminal::parse_args("loadtest", argv)
     }
 
     #[test]

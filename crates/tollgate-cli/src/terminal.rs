@@ -44,3 +44,14 @@ pub fn print_summary(summary: &str) -> anyhow::Result<()> {
         _ => Ok(()),
     }
 }
+
+/// Parses a subcommand's flags alone, for its tests.
+#[cfg(test)]
+pub fn parse_args<A: clap::Args + clap::FromArgMatches>(
+    name: &'static str,
+    argv: &[&str],
+) -> Result<A, clap::Error> {
+    let matches = A::augment_args(clap::Command::new(name))
+        .try_get_matches_from(std::iter::once(name).chain(argv.iter().copied()))?;
+    A::from_arg_matches(&matches)
+}
