@@ -9,12 +9,14 @@ use failure::Failure;
 
 mod check;
 mod failure;
+mod loadtest;
 mod migrate;
 mod postgres;
 mod replay;
 mod serve;
 mod simulate;
 mod store;
+mod terminal;
 mod timeout;
 
 /// Exact rate limiting: replay traces through any of the seven algorithms.
@@ -41,6 +43,8 @@ enum Command {
     Migrate(migrate::Args),
     /// Serve rate limits: Envoy's gRPC API, an HTTP JSON API, a reverse proxy.
     Serve(serve::Args),
+    /// Load-test a real endpoint and report what its clients get.
+    Loadtest(loadtest::Args),
 }
 
 fn main() -> ExitCode {
@@ -60,6 +64,9 @@ fn main() -> ExitCode {
             .map(|()| ExitCode::SUCCESS)
             .map_err(Failure::from),
         Command::Serve(args) => serve::run(args)
+            .map(|()| ExitCode::SUCCESS)
+            .map_err(Failure::from),
+        Command::Loadtest(args) => loadtest::run(args)
             .map(|()| ExitCode::SUCCESS)
             .map_err(Failure::from),
     };

@@ -1,5 +1,6 @@
 //! The flags that name one rule (algorithm and quota), shared by every
-//! subcommand that decides requests.
+//! subcommand that decides requests, and the same rule in one phrase
+//! ([`parse_policy`]: `token_bucket 100/1m burst 20`).
 
 use anyhow::{bail, Context};
 use tollgate_core::{Algorithm, Limit, Quota};
@@ -41,5 +42,92 @@ impl RuleArgs {
         }
         let quota = Quota::with_parts(self.limit, self.period, burst).context("invalid quota")?;
         Ok(Limit::new(self.algorithm, quota))
+    }
+}
+
+/// Parses one rule written as a phrase: `ALGORITHM LIMIT/PERIOD [burst B]`,
+/// e.g. `token_bucket 100/1m burst 20` or `fixed_window 5/1s`, validated as
+/// [`RuleArgs::rule`] validates the flags (same defaults, same errors).
+///
+/// Usable directly as a clap `value_parser`.
+pub fn parse_policy(text: &str) -> anyhow::Result<Limit> {
+    const HINT: &str =
+        "expected ALGORITHM LIMIT/PERIOD [burst B], e.g. `token_bucket 100/1m burst 20`";
+    let words: Vec<&str> = text.split_whitespace().collect();
+    let (algorithm, rate, burst) = match words.as_slice() {
+        [algorithm, rate] => (algorithm, rate, None),
+        [algorithm, rate, word, burst] if word.eq_ignore_ascii_case("burst") => {
+            (algorithm, rate, Some(burst))
+        }
+        _ => bail!("invalid policy `{text}`: {HINT}"),
+    };
+    let algorithm: Algorithm = algorithm
+        .parse()
+        .with_context(|| format!("invalid policy `{text}`"))?;
+    let Some((limit, period)) = rate.split_once('/') else {
+        bail!("invalid policy `{text}`: `{rate}` is not LIMIT/PERIOD; {HINT}");
+    };
+    let limit = limit
+        .parse::<u64>()
+        .with_context(|| format!("invalid policy `{text}`: `{limit}` is not a whole number"))?;
+    let period = parse_duration(period).with_context(|| format!("invalid policy `{text}`"))?;
+    let burst = burst
+        .map(|b| b.parse::<u64>())
+        .transpose()
+        .with_context(|| format!("invalid policy `{text}`: the burst is not a whole number"))?;
+    RuleArgs {
+        algorithm,
+        limit,
+        period,
+        burst,
+    }
+    .rule()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn phrases_parse_like_the_flags() {
+        let rule = parse_policy("token_bucket 100/1m burst 20").unwrap();
+        assert_eq!(rule.algorithm, Algorithm::TokenBucket);
+        assert_eq!(
+            (
+                rule.quota.limit(),
+                rule.quota.period_ns(),
+                rule.quota.burst()
+            ),
+            (100, 60_000_000_000, 20)
+        );
+        // The burst defaults to the limit, as with `--burst` absent.
+        let rule = parse_policy("  gcra 5/1s ").unwrap();
+        assert_eq!(rule.quota.burst(), 5);
+        assert_eq!(
+            parse_policy("fixed-window 7/90s BURST 3")
+                .unwrap()
+                .quota
+                .limit(),
+            7
+        );
+    }
+
+    #[test]
+    fn bad_phrases_say_what_is_wrong() {
+        for (bad, says) in [
+            ("", "expected ALGORITHM"),
+            ("token_bucket", "expected ALGORITHM"),
+            ("bucket 100/1m", "invalid policy"),
+            ("gcra 100", "is not LIMIT/PERIOD"),
+            ("gcra x/1m", "not a whole number"),
+            ("gcra 100/1", "invalid policy"),
+            ("gcra 0/1m", "invalid quota"),
+            ("gcra 10/1m burst 0", "--burst 0"),
+            ("gcra 10/1m burst x", "burst is not"),
+            ("gcra 10/1m size 3", "expected ALGORITHM"),
+        ] {
+            let err = format!("{:#}", parse_policy(bad).unwrap_err());
+            assert!(err.contains(says), "{bad:?}: {err}");
+        }
     }
 }

@@ -87,6 +87,10 @@ pub struct Args {
     /// Reverse proxy mode: put the file's `http` rules in front of this service (http://HOST:PORT).
     #[arg(long, value_name = "URL", env = "TOLLGATE_UPSTREAM")]
     upstream: Option<String>,
+    /// Also serve a tiny upstream on ADDR (every request: 200 "ok"), to put the
+    /// proxy in front of for a demonstration or a load test (`tollgate loadtest`).
+    #[arg(long, value_name = "ADDR", env = "TOLLGATE_DEMO_UPSTREAM")]
+    demo_upstream: Option<SocketAddr>,
     /// Address of the reverse proxy (with --upstream).
     #[arg(
         long,
@@ -173,8 +177,18 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    runtime.block_on(server::serve_until_signal(options))?;
-    Ok(())
+    let demo = args.demo_upstream;
+    runtime.block_on(async move {
+        if let Some(addr) = demo {
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("cannot listen on {addr} (--demo-upstream)"))?;
+            tracing::info!(%addr, "serving the demo upstream");
+            tokio::spawn(tollgate_loadtest::demo::serve(listener));
+        }
+        server::serve_until_signal(options).await?;
+        anyhow::Ok(())
+    })
 }
 
 fn check(path: &std::path::Path) -> anyhow::Result<()> {

@@ -1,12 +1,11 @@
 //! `tollgate simulate`: reruns the published rate-limiting experiments on
 //! the exact core and writes a report with charts.
 
-use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 
-use anyhow::Context;
-use indicatif::{ProgressBar, ProgressStyle};
 use tollgate_sim::scenarios::{accuracy, Name, Options};
+
+use crate::terminal::{print_summary, Bar};
 
 /// Flags of `tollgate simulate`.
 #[derive(clap::Args, Debug)]
@@ -33,15 +32,6 @@ pub struct Args {
     accuracy_runs: u32,
 }
 
-/// A progress bar on standard error, hidden when that is not a terminal.
-struct Bar(ProgressBar);
-
-impl tollgate_sim::Progress for Bar {
-    fn advance(&self, units: u64) {
-        self.0.inc(units);
-    }
-}
-
 /// Runs the scenarios, prints their tables and writes the report.
 pub fn run(args: Args) -> anyhow::Result<()> {
     let mut names = args.scenarios;
@@ -58,17 +48,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         },
     };
     let total = names.iter().map(|n| n.work(&options)).sum();
-    let bar = if std::io::stderr().is_terminal() {
-        let bar = ProgressBar::new(total);
-        bar.set_style(
-            ProgressStyle::with_template("simulating {bar:40} {percent:>3}% eta {eta}")
-                .context("progress bar template")?,
-        );
-        bar
-    } else {
-        ProgressBar::hidden()
-    };
-    let bar = Bar(bar);
+    let bar = Bar::new("simulating", total)?;
     let (report, charts) = tollgate_sim::simulate(&names, &options, &bar);
     bar.0.finish_and_clear();
     tollgate_sim::write(&args.out, &report, &charts)?;
@@ -78,30 +58,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         charts.len(),
         dir = args.out.display()
     );
-    // A reader that stops early (`| head`) is not an error: the report is
-    // already on disk.
-    match std::io::stdout().lock().write_all(summary.as_bytes()) {
-        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
-            Err(e).context("cannot print the summary")
-        }
-        _ => Ok(()),
-    }
+    print_summary(&summary)
 }
 
 #[cfg(test)]
 mod tests {
-    use clap::Parser;
-
     use super::*;
 
-    #[derive(Parser)]
-    struct Cli {
-        #[command(flatten)]
-        args: Args,
-    }
-
     fn parse(argv: &[&str]) -> Result<Args, clap::Error> {
-        Cli::try_parse_from(std::iter::once("simulate").chain(argv.iter().copied())).map(|c| c.args)
+        crate::terminal::parse_args("simulate", argv)
     }
 
     #[test]
