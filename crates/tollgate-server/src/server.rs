@@ -28,6 +28,8 @@ pub struct ServeOptions {
     pub store: String,
     /// Key prefix in a shared store.
     pub prefix: String,
+    /// Deadline of one store call ([`store::DEFAULT_STORE_TIMEOUT`]).
+    pub store_timeout: std::time::Duration,
     /// Envoy's gRPC API; `None` to not serve it.
     pub grpc: Option<SocketAddr>,
     /// The HTTP JSON API, health and metrics; `None` to not serve it.
@@ -100,7 +102,7 @@ pub async fn start(options: ServeOptions) -> Result<Running, ServeError> {
         None => Config::default(),
     };
     metrics::config_load(true);
-    let backend = store::connect(&options.store, &options.prefix).await?;
+    let backend = store::connect(&options.store, &options.prefix, options.store_timeout).await?;
     let engine = Arc::new(Engine::new(config, Arc::new(backend)));
     let (stop, stopping) = watch::channel(false);
     let mut tasks = Vec::new();
@@ -147,13 +149,10 @@ pub async fn start(options: ServeOptions) -> Result<Running, ServeError> {
         )));
     }
     if let (true, Some(path)) = (options.watch, options.config.clone()) {
-        let engine = Arc::clone(&engine);
-        let stopping = stopping.clone();
-        tokio::spawn(async move {
-            if let Err(e) = reload::watch_file(engine, path, stopping).await {
-                tracing::error!(error = %e, "cannot watch the configuration file");
-            }
-        });
+        match reload::watch_file(Arc::clone(&engine), path, stopping.clone()) {
+            Ok(watching) => drop(tokio::spawn(watching)),
+            Err(e) => tracing::error!(error = %e, "cannot watch the configuration file"),
+        }
     }
     Ok(Running {
         grpc: running_grpc,
