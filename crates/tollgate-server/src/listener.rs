@@ -286,6 +286,8 @@ async fn connection(
     limits: ListenerLimits,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    // Small answers go out at once rather than wait for an ACK (Nagle).
+    let _ = stream.set_nodelay(true);
     // A second handle on the socket, to answer 408 after hyper is dropped.
     let spare = stream
         .into_std()
