@@ -12,6 +12,8 @@ use tollgate_server::listener::ListenerLimits;
 use tollgate_server::logs::{self, LogFormat};
 use tollgate_server::server::{self, ProxyOptions, ServeOptions};
 
+use crate::timeout::{parse_timeout, DEFAULT as DEFAULT_TIMEOUT};
+
 const EXAMPLE: &str = "\
 Example (limits.yaml is an envoyproxy/ratelimit descriptor file, or uses tollgate's extensions):
 
@@ -105,9 +107,16 @@ pub struct Args {
     /// Do not reload the file when it changes (SIGHUP still reloads).
     #[arg(long, env = "TOLLGATE_NO_WATCH")]
     no_watch: bool,
-    /// Time a client has to send a request's headers (also the idle keep-alive bound).
-    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration, env = "TOLLGATE_HEADER_TIMEOUT")]
+    /// Time a client has to send a request's headers, from their first byte (then 408).
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_timeout, env = "TOLLGATE_HEADER_TIMEOUT")]
     header_timeout: u64,
+    /// Time a keep-alive connection may wait for its next request (then closed quietly).
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_timeout, env = "TOLLGATE_IDLE_TIMEOUT")]
+    idle_timeout: u64,
+    /// Deadline of one store call (the library's default); past it, the limit's
+    /// on_store_error answers.
+    #[arg(long, value_name = "DURATION", default_value = DEFAULT_TIMEOUT.as_str(), value_parser = parse_timeout, env = "TOLLGATE_STORE_TIMEOUT")]
+    store_timeout: u64,
     /// Largest request line and headers, in bytes (larger: 431).
     #[arg(long, value_name = "BYTES", default_value_t = 16 * 1024, env = "TOLLGATE_MAX_HEADER_BYTES")]
     max_header_bytes: usize,
@@ -157,10 +166,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         watch: !args.no_watch,
         store: args.store,
         prefix: args.prefix,
+        store_timeout: Duration::from_nanos(args.store_timeout),
         grpc: (!args.no_grpc).then_some(args.grpc_listen),
         http: Some(args.http_listen),
         limits: ListenerLimits {
             header_timeout: Duration::from_nanos(args.header_timeout),
+            idle_timeout: Duration::from_nanos(args.idle_timeout),
             max_header_bytes: args.max_header_bytes,
             max_headers: args.max_headers,
             max_body_bytes: args.max_body_bytes,

@@ -8,7 +8,7 @@ use tollgate_redis::DEFAULT_TIMEOUT;
 
 /// The library's default deadline as a flag value: one default for the
 /// command and for a service using `tollgate-redis`.
-static DEFAULT: LazyLock<String> =
+pub(crate) static DEFAULT: LazyLock<String> =
     LazyLock::new(|| format_duration(DEFAULT_TIMEOUT.as_nanos() as u64));
 
 /// `--timeout DURATION`, flattened into a subcommand that uses a store.
@@ -23,7 +23,7 @@ pub struct Timeout {
 }
 
 /// A duration of at least 1 ns: a zero deadline would fail every call.
-fn parse_timeout(text: &str) -> Result<u64, String> {
+pub(crate) fn parse_timeout(text: &str) -> Result<u64, String> {
     match parse_duration(text) {
         Ok(0) => Err("a deadline of 0 fails every call; give at least 1ns".into()),
         Ok(ns) => Ok(ns),

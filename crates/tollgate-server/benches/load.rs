@@ -1,12 +1,18 @@
 //! Load against the server on 127.0.0.1, each against a do-nothing peer
 //! speaking the same protocol.
 //!
-//! - `cargo bench -p tollgate-server --bench load -- grpc SECONDS`: 64
-//!   concurrent `ShouldRateLimit` calls over 4 HTTP/2 connections, tollgate
-//!   (memory store) then a do-nothing tonic server; throughput, p50, p99.
-//! - `cargo bench -p tollgate-server --bench load -- http PORT NULL_PORT`:
+//! - `cargo bench -p tollgate-server --bench load -- grpc SECONDS [STORE]`:
+//!   64 concurrent `ShouldRateLimit` calls over 4 HTTP/2 connections,
+//!   tollgate (`memory` store by default, or a `redis://` URL) then a
+//!   do-nothing tonic server; throughput, p50, p99.
+//! - `cargo bench -p tollgate-server --bench load -- http PORT NULL_PORT [STORE]`:
 //!   serves tollgate's HTTP API on PORT and a do-nothing axum `/v1/check`
-//!   on NULL_PORT until killed, for wrk (see docs/PERFORMANCE.md).
+//!   on NULL_PORT (none if 0) until killed, for wrk.
+//! - `cargo bench -p tollgate-server --bench load -- upstream PORT`: a tiny
+//!   HTTP/1.1 service answering `hello` to everything, the upstream of the
+//!   proxy benchmark (`benches/proxy.sh`).
+//!
+//! `benches/proxy.sh` runs them all, with nginx and wrk (docs/PERFORMANCE.md).
 
 use std::time::{Duration, Instant};
 
@@ -44,14 +50,20 @@ impl RateLimitService for Nothing {
     }
 }
 
-fn options(dir: &std::path::Path, grpc: bool, http: Option<std::net::SocketAddr>) -> ServeOptions {
+fn options(
+    dir: &std::path::Path,
+    store: &str,
+    grpc: bool,
+    http: Option<std::net::SocketAddr>,
+) -> ServeOptions {
     let path = dir.join("bench.yaml");
     std::fs::write(&path, CONFIG).expect("the temp dir is writable");
     ServeOptions {
         config: Some(path),
         watch: false,
-        store: "memory".into(),
-        prefix: String::new(),
+        store: store.into(),
+        prefix: format!("tollgate-bench:{}:", std::process::id()),
+        store_timeout: tollgate_server::store::DEFAULT_STORE_TIMEOUT,
         grpc: grpc.then(|| "127.0.0.1:0".parse().expect("an address")),
         http,
         limits: ListenerLimits::default(),
@@ -104,9 +116,9 @@ async fn drive(url: String, seconds: u64) -> (f64, Duration, Duration) {
     (all.len() as f64 / seconds as f64, pct(50), pct(99))
 }
 
-async fn grpc(seconds: u64) {
+async fn grpc(seconds: u64, store: &str) {
     let dir = tempfile::tempdir().expect("a temp dir");
-    let running = server::start(options(dir.path(), true, None))
+    let running = server::start(options(dir.path(), store, true, None))
         .await
         .expect("starts");
     let url = format!("http://{}", running.grpc.expect("gRPC is served"));
@@ -120,32 +132,58 @@ async fn grpc(seconds: u64) {
             .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
     );
     let (t, p50, p99) = drive(url, seconds).await;
-    println!("tollgate gRPC (memory): {t:.0} req/s, p50 {p50:?}, p99 {p99:?}");
+    println!("tollgate gRPC ({store}): {t:.0} req/s, p50 {p50:?}, p99 {p99:?}");
     let (n, q50, q99) = drive(null_url, seconds).await;
     println!("do-nothing tonic:       {n:.0} req/s, p50 {q50:?}, p99 {q99:?}");
     println!("ratio: {:.2}x", t / n);
     running.shutdown().await;
 }
 
-async fn http(port: u16, null_port: u16) {
+async fn http(port: u16, null_port: u16, store: &str) {
     let dir = tempfile::tempdir().expect("a temp dir");
     let addr = format!("127.0.0.1:{port}").parse().expect("an address");
-    let running = server::start(options(dir.path(), false, Some(addr)))
+    let running = server::start(options(dir.path(), store, false, Some(addr)))
         .await
         .expect("starts");
-    let app = axum::Router::new().route(
-        "/v1/check",
-        axum::routing::post(|_: axum::body::Bytes| async {
-            axum::Json(serde_json::json!({"overall_code": "OK"}))
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", null_port))
-        .await
-        .expect("binds");
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    println!("tollgate on {port}, do-nothing axum on {null_port}; Ctrl-C to stop");
+    if null_port != 0 {
+        let app = axum::Router::new().route(
+            "/v1/check",
+            axum::routing::post(|_: axum::body::Bytes| async {
+                axum::Json(serde_json::json!({"overall_code": "OK"}))
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", null_port))
+            .await
+            .expect("binds");
+        tokio::spawn(async move { axum::serve(listener, app).await });
+    }
+    println!("ready: tollgate ({store}) on {port}, do-nothing axum on {null_port}; Ctrl-C to stop");
     let _ = tokio::signal::ctrl_c().await;
     running.shutdown().await;
+}
+
+/// The proxy benchmark's upstream: `hello` to every request, keep-alive,
+/// with as little work as hyper allows.
+async fn upstream(port: u16) {
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+        .await
+        .expect("binds");
+    println!("ready: upstream on {port}");
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let hello = hyper::service::service_fn(|_| async {
+            Ok::<_, std::convert::Infallible>(hyper::Response::new(http_body_util::Full::new(
+                bytes::Bytes::from_static(b"hello"),
+            )))
+        });
+        tokio::spawn(
+            hyper::server::conn::http1::Builder::new()
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), hello),
+        );
+    }
 }
 
 fn main() {
@@ -154,17 +192,24 @@ fn main() {
         .filter(|a| a != "--bench")
         .collect();
     let runtime = tokio::runtime::Runtime::new().expect("a runtime");
-    match args.first().map(String::as_str) {
+    let arg = |i: usize| args.get(i).map(String::as_str);
+    match arg(0) {
         Some("http") => {
-            let port = args.get(1).and_then(|p| p.parse().ok()).unwrap_or(18080);
-            let null = args.get(2).and_then(|p| p.parse().ok()).unwrap_or(18090);
-            runtime.block_on(http(port, null));
+            let port = arg(1).and_then(|p| p.parse().ok()).unwrap_or(18080);
+            let null = arg(2).and_then(|p| p.parse().ok()).unwrap_or(18090);
+            runtime.block_on(http(port, null, arg(3).unwrap_or("memory")));
         }
         Some("grpc") => {
-            let seconds = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(5);
-            runtime.block_on(grpc(seconds));
+            let seconds = arg(1).and_then(|s| s.parse().ok()).unwrap_or(5);
+            runtime.block_on(grpc(seconds, arg(2).unwrap_or("memory")));
+        }
+        Some("upstream") => {
+            let port = arg(1).and_then(|p| p.parse().ok()).unwrap_or(18070);
+            runtime.block_on(upstream(port));
         }
         // `cargo test --benches` and plain `cargo bench` run nothing long.
-        _ => println!("usage: load grpc [SECONDS] | load http [PORT] [NULL_PORT]"),
+        _ => println!(
+            "usage: load grpc [SECONDS] [STORE] | load http [PORT] [NULL_PORT] [STORE] | load upstream [PORT]"
+        ),
     }
 }

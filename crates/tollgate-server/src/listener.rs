@@ -5,46 +5,54 @@
 //!
 //! | bound | answer | `reason` |
 //! |---|---|---|
-//! | request headers not complete within `header_timeout` | 408, closed | `header_timeout` |
+//! | request headers not complete within `header_timeout` of their first byte | 408, closed | `header_timeout` |
 //! | headers over `max_header_bytes` or `max_headers` fields | 431, closed | `headers_too_large` |
 //! | a body over `max_body_bytes` (by `Content-Length`, or while streaming) | 413 | `body_too_large` |
 //! | more than `max_connections` open | 503, closed | `too_many_connections` |
-//! | a keep-alive connection idle for `header_timeout` | closed | `idle` |
+//! | a keep-alive connection idle for `idle_timeout` (no byte of a next request) | closed | `idle` |
 //!
-//! The idle bound is the header bound: once a response is written, the next
-//! request's headers must arrive within `header_timeout`.
+//! The two clocks are kept apart (see [`clock`]): a client that started a
+//! request has `header_timeout` to finish its head, one between requests
+//! may stay `idle_timeout`.
 //!
 //! On shutdown the listener stops accepting, lets the requests in flight
 //! finish (idle connections close at once) and gives up after `drain`.
 
+mod clock;
+
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::extract::ConnectInfo;
 use axum::Router;
+use bytes::Bytes;
 use http::{header, Request, Response, StatusCode};
 use http_body_util::Limited;
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
+use tokio::time::Instant;
 use tollgate_http::PeerAddr;
 use tower::ServiceExt;
 
+use self::clock::{Clock, Expired, Finished};
 use crate::metrics;
 
 /// A listener's bounds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ListenerLimits {
-    /// Time to receive a request's headers (and to wait on an idle
-    /// keep-alive connection).
+    /// Time to receive a request's headers, from their first byte
+    /// (slowloris: 408).
     pub header_timeout: Duration,
+    /// Time a keep-alive connection may wait for its next request (then
+    /// closed quietly).
+    pub idle_timeout: Duration,
     /// Bytes of request line and headers.
     pub max_header_bytes: usize,
     /// Header fields per request.
@@ -61,6 +69,10 @@ impl Default for ListenerLimits {
     fn default() -> Self {
         ListenerLimits {
             header_timeout: Duration::from_secs(10),
+            // As the usual proxies: nginx 75 s, Envoy 1 h, HAProxy's
+            // examples 10 s to 1 min; long enough that clients polling
+            // every few seconds keep their connection.
+            idle_timeout: Duration::from_secs(60),
             max_header_bytes: 16 * 1024,
             max_headers: 64,
             max_body_bytes: None,
@@ -70,12 +82,10 @@ impl Default for ListenerLimits {
     }
 }
 
-/// The stream, noting whether request bytes arrived since the last
-/// response bytes were written: a timeout then is a slow client (408),
-/// otherwise an idle one (closed quietly).
+/// The stream, telling the connection's clock when request bytes arrive.
 struct Watched {
     inner: TcpStream,
-    partial: Arc<AtomicBool>,
+    clock: Arc<Clock>,
 }
 
 impl AsyncRead for Watched {
@@ -88,7 +98,7 @@ impl AsyncRead for Watched {
         let before = buf.filled().len();
         let res = Pin::new(&mut this.inner).poll_read(cx, buf);
         if buf.filled().len() > before {
-            this.partial.store(true, Ordering::Relaxed);
+            this.clock.read(Instant::now);
         }
         res
     }
@@ -100,9 +110,20 @@ impl AsyncWrite for Watched {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
-        let this = self.get_mut();
-        this.partial.store(false, Ordering::Relaxed);
-        Pin::new(&mut this.inner).poll_write(cx, buf)
+        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+    }
+
+    // Forwarded so that hyper writes head and body in one `writev`.
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
@@ -111,6 +132,33 @@ impl AsyncWrite for Watched {
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+}
+
+/// A response body that marks its request finished when hyper drops it,
+/// which it does once the body is written to its end.
+struct Tracked {
+    inner: axum::body::Body,
+    _finished: Finished,
+}
+
+impl http_body::Body for Tracked {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, axum::Error>>> {
+        Pin::new(&mut self.get_mut().inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
     }
 }
 
@@ -191,6 +239,46 @@ pub async fn serve(
     }
 }
 
+/// How a connection ended.
+enum Ended {
+    /// hyper closed it, maybe with an error.
+    Served(hyper::Result<()>),
+    /// One of the clock's bounds expired first.
+    Expired(Expired),
+}
+
+/// Answers `request` through `router`, with the body bound.
+async fn respond(
+    router: Router,
+    mut req: Request<Incoming>,
+    peer: SocketAddr,
+    max_body_bytes: Option<u64>,
+) -> Response<axum::body::Body> {
+    req.extensions_mut().insert(PeerAddr(peer));
+    req.extensions_mut().insert(ConnectInfo(peer));
+    let answer = match max_body_bytes {
+        None => router.oneshot(req.map(axum::body::Body::new)).await,
+        Some(max) => {
+            let declared = req
+                .headers()
+                .get(header::CONTENT_LENGTH)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse::<u64>().ok());
+            if declared.is_some_and(|n| n > max) {
+                return too_large();
+            }
+            let limit = usize::try_from(max).unwrap_or(usize::MAX);
+            router
+                .oneshot(req.map(|b| axum::body::Body::new(Limited::new(b, limit))))
+                .await
+        }
+    };
+    match answer {
+        Ok(response) => response,
+        Err(never) => match never {},
+    }
+}
+
 async fn connection(
     stream: TcpStream,
     peer: SocketAddr,
@@ -198,7 +286,9 @@ async fn connection(
     limits: ListenerLimits,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    // A second handle on the socket, to answer 408 after hyper gave up on it.
+    // Small answers go out at once rather than wait for an ACK (Nagle).
+    let _ = stream.set_nodelay(true);
+    // A second handle on the socket, to answer 408 after hyper is dropped.
     let spare = stream
         .into_std()
         .and_then(|s| Ok((s.try_clone()?, s)))
@@ -210,60 +300,63 @@ async fn connection(
             return;
         }
     };
-    let partial = Arc::new(AtomicBool::new(false));
+    let clock = Arc::new(Clock::new(
+        Instant::now(),
+        limits.header_timeout,
+        limits.idle_timeout,
+    ));
     let io = TokioIo::new(Watched {
         inner: stream,
-        partial: Arc::clone(&partial),
+        clock: Arc::clone(&clock),
     });
-    let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
+    let service_clock = Arc::clone(&clock);
+    let service = hyper::service::service_fn(move |req: Request<Incoming>| {
         let router = router.clone();
+        service_clock.request_started();
+        // Held by the future until the response exists, then by its body.
+        let finished = Finished(Arc::clone(&service_clock));
         async move {
-            req.extensions_mut().insert(PeerAddr(peer));
-            req.extensions_mut().insert(ConnectInfo(peer));
-            let Some(max) = limits.max_body_bytes else {
-                return router.oneshot(req.map(axum::body::Body::new)).await;
-            };
-            let declared = req
-                .headers()
-                .get(header::CONTENT_LENGTH)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.parse::<u64>().ok());
-            if declared.is_some_and(|n| n > max) {
-                return Ok::<_, Infallible>(too_large());
-            }
-            let limit = usize::try_from(max).unwrap_or(usize::MAX);
-            router
-                .oneshot(req.map(|b| axum::body::Body::new(Limited::new(b, limit))))
-                .await
+            let response = respond(router, req, peer, limits.max_body_bytes).await;
+            Ok::<_, Infallible>(response.map(|inner| Tracked {
+                inner,
+                _finished: finished,
+            }))
         }
     });
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
-        .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_timeout)
+        // The clock bounds headers and idle time instead (hyper's bound
+        // would be both at once).
+        .header_read_timeout(None)
         .max_buf_size(limits.max_header_bytes.max(8192))
         .max_headers(limits.max_headers);
-    let conn = builder.serve_connection(io, service);
-    tokio::pin!(conn);
-    let result = tokio::select! {
-        res = conn.as_mut() => res,
+    let mut conn = Box::pin(builder.serve_connection(io, service));
+    let expired = clock.expired();
+    tokio::pin!(expired);
+    let ended = tokio::select! {
+        res = conn.as_mut() => Ended::Served(res),
+        bound = &mut expired => Ended::Expired(bound),
         _ = stopped(&mut shutdown) => {
             conn.as_mut().graceful_shutdown();
-            conn.await
+            tokio::select! {
+                res = conn.as_mut() => Ended::Served(res),
+                bound = &mut expired => Ended::Expired(bound),
+            }
         }
     };
-    let Err(e) = result else { return };
-    if e.is_timeout() {
-        if partial.load(Ordering::Relaxed) {
+    drop(conn);
+    match ended {
+        Ended::Expired(Expired::Header) => {
             metrics::refused("header_timeout");
             refuse(spare, StatusCode::REQUEST_TIMEOUT).await;
-        } else {
-            metrics::refused("idle");
         }
-    } else if e.is_parse_too_large() {
+        // Dropping both handles closes the socket.
+        Ended::Expired(Expired::Idle) => metrics::refused("idle"),
+        Ended::Served(Ok(())) => {}
         // hyper answered 431 itself.
-        metrics::refused("headers_too_large");
-    } else {
-        tracing::debug!(error = %e, %peer, "connection ended with an error");
+        Ended::Served(Err(e)) if e.is_parse_too_large() => metrics::refused("headers_too_large"),
+        Ended::Served(Err(e)) => {
+            tracing::debug!(error = %e, %peer, "connection ended with an error");
+        }
     }
 }

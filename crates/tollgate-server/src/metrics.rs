@@ -10,7 +10,7 @@
 //! | `tollgate_server_store_errors_total` | counter | `rule` |
 //! | `tollgate_server_decision_seconds` | histogram | `api` (`grpc`, `http`) |
 //! | `tollgate_server_config_loads_total` | counter | `result` (`ok`, `error`) |
-//! | `tollgate_server_refused_total` | counter | `reason` (listener refusals: `header_timeout`, `headers_too_large`, `body_too_large`, `too_many_connections`) |
+//! | `tollgate_server_refused_total` | counter | `reason` (listener refusals: `header_timeout`, `idle`, `headers_too_large`, `body_too_large`, `too_many_connections`) |
 //!
 //! `rule` is the limit's path in the configuration (`domain.key_value`);
 //! with `detailed_metric: true`, the request's own values instead.

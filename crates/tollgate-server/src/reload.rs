@@ -39,14 +39,16 @@ pub fn reload<B: Backend>(engine: &Engine<B>, path: &Path) -> Result<(), ConfigE
     }
 }
 
-/// Reloads `path` whenever it changes or the process gets `SIGHUP`, until
-/// `shutdown`. The directory is watched, so a file replaced by a rename
-/// (editors, Kubernetes ConfigMaps) is seen too.
-pub async fn watch_file<B: Backend + 'static>(
+/// Watches `path` and `SIGHUP` now, and returns the task that reloads the
+/// file on each change until `shutdown`. The watch is in place when this
+/// returns, so a change made afterwards is never missed. The directory is
+/// watched, so a file replaced by a rename (editors, Kubernetes ConfigMaps)
+/// is seen too.
+pub fn watch_file<B: Backend + 'static>(
     engine: Arc<Engine<B>>,
     path: PathBuf,
     mut shutdown: watch::Receiver<bool>,
-) -> Result<(), notify::Error> {
+) -> Result<impl std::future::Future<Output = ()> + Send + 'static, notify::Error> {
     let (tx, mut rx) = mpsc::unbounded_channel::<()>();
     let name = path.file_name().map(|n| n.to_os_string());
     let on_event = {
@@ -67,15 +69,19 @@ pub async fn watch_file<B: Backend + 'static>(
     };
     watcher.watch(&dir, RecursiveMode::NonRecursive)?;
     spawn_sighup(tx);
-    loop {
-        tokio::select! {
-            _ = stopped(&mut shutdown) => return Ok(()),
-            got = rx.recv() => if got.is_none() { return Ok(()) },
+    Ok(async move {
+        // Events stop when the watcher is dropped: it lives as long as this.
+        let _watcher = watcher;
+        loop {
+            tokio::select! {
+                _ = stopped(&mut shutdown) => return,
+                got = rx.recv() => if got.is_none() { return },
+            }
+            tokio::time::sleep(SETTLE).await;
+            while rx.try_recv().is_ok() {}
+            let _ = reload(&engine, &path);
         }
-        tokio::time::sleep(SETTLE).await;
-        while rx.try_recv().is_ok() {}
-        let _ = reload(&engine, &path);
-    }
+    })
 }
 
 #[cfg(unix)]

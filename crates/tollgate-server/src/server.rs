@@ -9,6 +9,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::TcpListenerStream;
+use tokio_stream::StreamExt;
 
 use crate::config::{Config, ConfigError};
 use crate::engine::Engine;
@@ -16,6 +17,9 @@ use crate::listener::{self, stopped, ListenerLimits};
 use crate::proxy::{Proxy, ProxyError};
 use crate::store::{self, AnyBackend, StoreError};
 use crate::{api, grpc, metrics, reload};
+
+/// Interval of HTTP/2 pings on an idle gRPC connection.
+const GRPC_KEEPALIVE: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// What to serve, and where.
 #[derive(Clone, Debug)]
@@ -28,6 +32,8 @@ pub struct ServeOptions {
     pub store: String,
     /// Key prefix in a shared store.
     pub prefix: String,
+    /// Deadline of one store call ([`store::DEFAULT_STORE_TIMEOUT`]).
+    pub store_timeout: std::time::Duration,
     /// Envoy's gRPC API; `None` to not serve it.
     pub grpc: Option<SocketAddr>,
     /// The HTTP JSON API, health and metrics; `None` to not serve it.
@@ -100,7 +106,7 @@ pub async fn start(options: ServeOptions) -> Result<Running, ServeError> {
         None => Config::default(),
     };
     metrics::config_load(true);
-    let backend = store::connect(&options.store, &options.prefix).await?;
+    let backend = store::connect(&options.store, &options.prefix, options.store_timeout).await?;
     let engine = Arc::new(Engine::new(config, Arc::new(backend)));
     let (stop, stopping) = watch::channel(false);
     let mut tasks = Vec::new();
@@ -110,12 +116,24 @@ pub async fn start(options: ServeOptions) -> Result<Running, ServeError> {
         running_grpc = listener.local_addr().ok();
         let service = grpc::RlsService::server(Arc::clone(&engine));
         let mut stopping = stopping.clone();
+        // tonic sets TCP_NODELAY only on the listeners it binds itself.
+        let incoming = TcpListenerStream::new(listener).map(|conn| {
+            if let Ok(stream) = &conn {
+                let _ = stream.set_nodelay(true);
+            }
+            conn
+        });
+        let max_header_list = u32::try_from(options.limits.max_header_bytes).unwrap_or(u32::MAX);
         tasks.push(tokio::spawn(async move {
             let served = tonic::transport::Server::builder()
+                // The HTTP listeners' header bound, for HTTP/2 header lists.
+                .http2_max_header_list_size(max_header_list)
+                // Envoy keeps its connection for hours: pings find a peer
+                // that went away without closing it.
+                .http2_keepalive_interval(Some(GRPC_KEEPALIVE))
+                .http2_keepalive_timeout(Some(GRPC_KEEPALIVE / 3))
                 .add_service(service)
-                .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async move {
-                    stopped(&mut stopping).await
-                })
+                .serve_with_incoming_shutdown(incoming, async move { stopped(&mut stopping).await })
                 .await;
             if let Err(e) = served {
                 tracing::error!(error = %e, "gRPC server failed");
@@ -147,13 +165,10 @@ pub async fn start(options: ServeOptions) -> Result<Running, ServeError> {
         )));
     }
     if let (true, Some(path)) = (options.watch, options.config.clone()) {
-        let engine = Arc::clone(&engine);
-        let stopping = stopping.clone();
-        tokio::spawn(async move {
-            if let Err(e) = reload::watch_file(engine, path, stopping).await {
-                tracing::error!(error = %e, "cannot watch the configuration file");
-            }
-        });
+        match reload::watch_file(Arc::clone(&engine), path, stopping.clone()) {
+            Ok(watching) => drop(tokio::spawn(watching)),
+            Err(e) => tracing::error!(error = %e, "cannot watch the configuration file"),
+        }
     }
     Ok(Running {
         grpc: running_grpc,

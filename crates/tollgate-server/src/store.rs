@@ -8,8 +8,13 @@ use tollgate::{Backend, BackendError, Decision, Lease, MemoryBackend, Policy};
 use tollgate_postgres::{PostgresBackend, PostgresConfig};
 use tollgate_redis::{redact, RedisBackend, RedisConfig, CLUSTER_SCHEME};
 
-/// Deadline of one store call on the request path.
-const STORE_TIMEOUT: Duration = Duration::from_millis(250);
+/// Default deadline of one store call on the request path
+/// (`--store-timeout`): the libraries' own, 50 ms. A call past it is a store
+/// error, which the limit's `on_store_error` answers. Keep it under the
+/// client's own deadline (Envoy's rate limit filter gives up after 20 ms by
+/// default, then applies its `failure_mode_deny`) when the file's
+/// `on_store_error` should decide rather than the client.
+pub const DEFAULT_STORE_TIMEOUT: Duration = tollgate_redis::DEFAULT_TIMEOUT;
 
 /// One of the stores, picked at start.
 pub enum AnyBackend {
@@ -32,15 +37,16 @@ pub enum StoreError {
     Connect(BackendError),
 }
 
-/// Connects the store `url` names; keys go under `prefix` in shared stores.
-pub async fn connect(url: &str, prefix: &str) -> Result<AnyBackend, StoreError> {
+/// Connects the store `url` names; keys go under `prefix` in shared stores,
+/// and each call on the request path gives up after `timeout`.
+pub async fn connect(url: &str, prefix: &str, timeout: Duration) -> Result<AnyBackend, StoreError> {
     if url == "memory" || url == "memory://" {
         return Ok(AnyBackend::Memory(MemoryBackend::new()));
     }
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         let backend = PostgresConfig::new(url)
             .prefix(prefix)
-            .timeout(STORE_TIMEOUT)
+            .timeout(timeout)
             .connect()
             .await
             .map_err(StoreError::Connect)?;
@@ -52,7 +58,7 @@ pub async fn connect(url: &str, prefix: &str) -> Result<AnyBackend, StoreError> 
     }
     let backend = RedisConfig::new(url)
         .prefix(prefix)
-        .timeout(STORE_TIMEOUT)
+        .timeout(timeout)
         .connect()
         .await
         .map_err(StoreError::Connect)?;
@@ -120,14 +126,17 @@ mod tests {
 
     #[tokio::test]
     async fn unknown_schemes_are_clear_errors_without_passwords() {
-        let e = connect("mysql://u:pw@h", "p").await.err().unwrap();
+        let e = connect("mysql://u:pw@h", "p", DEFAULT_STORE_TIMEOUT)
+            .await
+            .err()
+            .unwrap();
         assert!(
             e.to_string()
                 .starts_with("unsupported store `mysql://***@h`"),
             "{e}"
         );
         assert!(matches!(
-            connect("memory", "p").await,
+            connect("memory", "p", DEFAULT_STORE_TIMEOUT).await,
             Ok(AnyBackend::Memory(_))
         ));
     }

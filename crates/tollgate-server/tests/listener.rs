@@ -1,6 +1,9 @@
 //! The listener's bounds, each hit by a raw TCP client: 408, 431, 413,
-//! 503, idle close, all counted; and a drain that lets a request in flight
-//! finish.
+//! 503, idle close, all counted; the idle bound apart from the header one;
+//! and a drain that lets a request in flight finish.
+//!
+//! No test waits a fixed time for the server to reach a state: each waits
+//! for an answer (or a `100 Continue`) that proves it.
 
 mod support;
 
@@ -21,6 +24,7 @@ async fn read_all(stream: &mut TcpStream) -> String {
 async fn start() -> support::TestServer {
     support::start_with(CONFIG, |o| {
         o.limits.header_timeout = Duration::from_millis(300);
+        o.limits.idle_timeout = Duration::from_millis(300);
         o.limits.max_header_bytes = 8 * 1024;
         o.limits.max_headers = 16;
         o.limits.max_body_bytes = Some(1000);
@@ -36,11 +40,17 @@ async fn connect(server: &support::TestServer) -> TcpStream {
 }
 
 fn refused(metrics: &str, reason: &str) -> bool {
-    metrics.lines().any(|l| {
-        l.starts_with(&format!(
-            "tollgate_server_refused_total{{reason=\"{reason}\"}}"
-        ))
-    })
+    refused_count(metrics, reason) > 0.0
+}
+
+/// The process-wide count of refusals for `reason` (other tests add to it,
+/// never take from it).
+fn refused_count(metrics: &str, reason: &str) -> f64 {
+    let name = format!("tollgate_server_refused_total{{reason=\"{reason}\"}}");
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(&name))
+        .map_or(0.0, |v| v.trim().parse().unwrap())
 }
 
 #[tokio::test]
@@ -101,18 +111,80 @@ async fn each_bound_answers_its_status_and_is_counted() {
     server.running.shutdown().await;
 }
 
+/// A keep-alive connection idle for longer than the header bound keeps
+/// working; it is closed quietly once idle for the idle bound.
+#[tokio::test]
+async fn an_idle_connection_has_its_own_bound_longer_than_the_header_one() {
+    let server = support::start_with(CONFIG, |o| {
+        o.limits.header_timeout = Duration::from_millis(200);
+        // Long next to the 1 s pause below: only a stall of seconds could
+        // close the connection before the second request.
+        o.limits.idle_timeout = Duration::from_secs(5);
+    })
+    .await;
+    let idle_before = refused_count(&support::get_metrics_text().1, "idle");
+    let mut conn = connect(&server).await;
+    let request = b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n";
+    conn.write_all(request).await.unwrap();
+    let first = read_response(&mut conn).await;
+    assert!(first.starts_with("HTTP/1.1 200"), "{first}");
+    // Five header bounds of silence: a bound shared with the headers would
+    // have closed the connection.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    conn.write_all(request).await.unwrap();
+    let second = read_response(&mut conn).await;
+    assert!(second.starts_with("HTTP/1.1 200"), "{second}");
+    // Then idle for the idle bound: closed, without a 408.
+    let rest = read_all(&mut conn).await;
+    assert_eq!(rest, "", "answered after the second request");
+    let (_, metrics) = support::get_metrics_text();
+    assert!(refused_count(&metrics, "idle") > idle_before, "{metrics}");
+    server.running.shutdown().await;
+}
+
+/// Reads one response with a `Content-Length` body.
+async fn read_response(stream: &mut TcpStream) -> String {
+    let mut out = Vec::new();
+    let mut byte = [0u8; 1];
+    let read = async {
+        while !out.ends_with(b"\r\n\r\n") {
+            if stream.read(&mut byte).await.unwrap() == 0 {
+                return;
+            }
+            out.push(byte[0]);
+        }
+        let head = String::from_utf8_lossy(&out).to_ascii_lowercase();
+        let length: usize = head
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length:"))
+            .map_or(0, |v| v.trim().parse().unwrap());
+        let mut body = vec![0u8; length];
+        stream.read_exact(&mut body).await.unwrap();
+        out.extend(body);
+    };
+    tokio::time::timeout(Duration::from_secs(10), read)
+        .await
+        .expect("a response within 10 s");
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 #[tokio::test]
 async fn connections_over_the_bound_get_503() {
-    let server = start().await;
-    // Three open connections hold every slot (each sent a partial request).
+    // Bounds far longer than the test: the held connections stay open.
+    let server = support::start_with(CONFIG, |o| {
+        o.limits.header_timeout = Duration::from_secs(60);
+        o.limits.idle_timeout = Duration::from_secs(60);
+        o.limits.max_connections = 3;
+    })
+    .await;
+    // Three open connections hold every slot. The server accepts in order,
+    // so the fourth is seen after them.
     let mut held = Vec::new();
     for _ in 0..3 {
         let mut c = connect(&server).await;
         c.write_all(b"GET /healthz HTTP/1.1\r\n").await.unwrap();
         held.push(c);
     }
-    // Let the server accept them before the fourth.
-    tokio::time::sleep(Duration::from_millis(50)).await;
     let mut fourth = connect(&server).await;
     assert!(read_all(&mut fourth).await.starts_with("HTTP/1.1 503"));
     drop(held);
@@ -128,20 +200,29 @@ async fn shutdown_drains_a_request_in_flight_and_stops_accepting() {
     let mut in_flight = TcpStream::connect(addr).await.unwrap();
     let body = r#"{"domain":"d","descriptors":[{"entries":[{"key":"k","value":"v"}]}]}"#;
     let head = format!(
-        "POST /v1/check HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n",
+        "POST /v1/check HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\nContent-Length: {}\r\n\r\n",
         body.len()
     );
     in_flight.write_all(head.as_bytes()).await.unwrap();
-    in_flight.write_all(&body.as_bytes()[..10]).await.unwrap();
-    // Let the server read the head, so the request is in flight.
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // hyper sends `100 Continue` when the handler starts reading the body:
+    // the request is in flight.
+    let mut cont = [0u8; 25];
+    tokio::time::timeout(Duration::from_secs(10), in_flight.read_exact(&mut cont))
+        .await
+        .expect("100 Continue within 10 s")
+        .unwrap();
+    assert_eq!(&cont, b"HTTP/1.1 100 Continue\r\n\r\n");
     let shutdown = tokio::spawn(server.running.shutdown());
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    assert!(
-        TcpStream::connect(addr).await.is_err(),
-        "still accepting after shutdown"
-    );
-    in_flight.write_all(&body.as_bytes()[10..]).await.unwrap();
+    // The listener closes soon after; poll for it rather than guess a time.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while TcpStream::connect(addr).await.is_ok() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "still accepting 10 s after shutdown"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    in_flight.write_all(body.as_bytes()).await.unwrap();
     let answer = read_all(&mut in_flight).await;
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     shutdown.await.unwrap();

@@ -1,10 +1,12 @@
 //! Reverse proxy mode against a real upstream on 127.0.0.1: forwarding
-//! headers, hop-by-hop removal, the HTTP layer's 429, 502, 504, and a
-//! 100 MiB upload streamed with bounded memory.
+//! headers, hop-by-hop removal, the HTTP layer's 429, 502, 504, upstream
+//! connections reused, and a 100 MiB upload streamed with bounded memory.
 
 mod support;
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
@@ -62,8 +64,9 @@ http:
       limit: { unit: minute, requests_per_unit: 2 }
 ";
 
+/// A proxy whose upstream timeout no answer of a loaded machine reaches.
 async fn proxy_to(upstream: &str) -> support::TestServer {
-    proxy_within(upstream, Duration::from_millis(300)).await
+    proxy_within(upstream, Duration::from_secs(30)).await
 }
 
 /// `timeout` runs from the request to the upstream's response head, the
@@ -141,17 +144,68 @@ async fn the_http_layer_limits_with_the_files_rules() {
 
 #[tokio::test]
 async fn upstream_down_is_502_and_slow_is_504() {
-    let closed = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap()
-    };
+    // A port held by a socket that never listens: connecting is refused,
+    // and no other process can listen there while the test runs.
+    let held = tokio::net::TcpSocket::new_v4().unwrap();
+    held.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let closed = held.local_addr().unwrap();
     let down = proxy_to(&format!("http://{closed}")).await;
     assert_eq!(support::get(&proxy_url(&down, "/")).await.0, 502);
     down.running.shutdown().await;
     let up = upstream().await;
-    let slow = proxy_to(&format!("http://{up}")).await;
+    // `/slow` answers after 30 s: a 504 after 300 ms.
+    let slow = proxy_within(&format!("http://{up}"), Duration::from_millis(300)).await;
     assert_eq!(support::get(&proxy_url(&slow, "/slow")).await.0, 504);
     slow.running.shutdown().await;
+    drop(held);
+}
+
+/// An upstream answering `hello` that counts the TCP connections it accepts.
+async fn counting_upstream() -> (SocketAddr, Arc<AtomicUsize>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let count = Arc::clone(&accepted);
+    tokio::spawn(async move {
+        loop {
+            let (stream, _) = listener.accept().await.unwrap();
+            count.fetch_add(1, Ordering::SeqCst);
+            let hello = hyper::service::service_fn(|_req| async {
+                Ok::<_, std::convert::Infallible>(http::Response::new(http_body_util::Full::new(
+                    Bytes::from_static(b"hello"),
+                )))
+            });
+            tokio::spawn(
+                hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), hello),
+            );
+        }
+    });
+    (addr, accepted)
+}
+
+#[tokio::test]
+async fn upstream_connections_are_kept_alive_and_reused() {
+    const REQUESTS: usize = 30;
+    let (up, accepted) = counting_upstream().await;
+    let server = proxy_to(&format!("http://{up}")).await;
+    // Each request on a new client connection: only the proxy's own pool
+    // can save upstream connections.
+    for _ in 0..REQUESTS {
+        assert_eq!(
+            support::get(&proxy_url(&server, "/")).await,
+            (200, "hello".into())
+        );
+    }
+    // One connection would do for sequential requests; the pool puts a
+    // connection back on a task of its own, so a request may now and then
+    // find none idle yet. Without reuse this would be 30.
+    let opened = accepted.load(Ordering::SeqCst);
+    assert!(
+        (1..=REQUESTS / 5).contains(&opened),
+        "{opened} upstream connections for {REQUESTS} sequential requests"
+    );
+    server.running.shutdown().await;
 }
 
 fn peak_rss_kib() -> u64 {

@@ -81,8 +81,7 @@ async fn valid_change_invalid_file_and_removed_rule() {
 async fn a_changed_file_is_picked_up_by_the_watcher() {
     let server = support::start_with(V1, |o| o.watch = true).await;
     let engine = Arc::clone(&server.running.engine);
-    // Let the watcher start before the change.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // `start` returns with the watch in place: no wait before the change.
     std::fs::write(server.config_path(), V1.replace("key: b", "key: c")).unwrap();
     let mut seen = false;
     for _ in 0..200 {

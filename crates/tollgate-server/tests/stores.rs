@@ -12,7 +12,7 @@ const CONFIG: &str = "
 domain: s
 descriptors:
   - key: user
-    rate_limit: { unit: minute, requests_per_unit: 3 }
+    rate_limit: { unit: hour, requests_per_unit: 3 }
   - key: org
     rate_limit:
       limits:
@@ -20,7 +20,7 @@ descriptors:
         - { algorithm: token_bucket, unit: day, requests_per_unit: 100, burst: 5 }
   - key: free
     value: yes
-    rate_limit: { algorithm: sliding_counter, period: 90s, requests_per_unit: 2 }
+    rate_limit: { algorithm: sliding_counter, period: 90m, requests_per_unit: 2 }
   - key: health
     rate_limit: { unlimited: true }
 ";
