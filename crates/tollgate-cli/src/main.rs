@@ -16,6 +16,7 @@ mod serve;
 mod simulate;
 mod store;
 mod timeout;
+mod whatif;
 
 /// Exact rate limiting: replay traces through any of the seven algorithms.
 #[derive(Parser)]
@@ -41,6 +42,8 @@ enum Command {
     Migrate(migrate::Args),
     /// Serve rate limits: Envoy's gRPC API, an HTTP JSON API, a reverse proxy.
     Serve(serve::Args),
+    /// Decide candidate limits over an access log and report whom each would refuse.
+    WhatIf(whatif::Args),
 }
 
 fn main() -> ExitCode {
@@ -60,6 +63,9 @@ fn main() -> ExitCode {
             .map(|()| ExitCode::SUCCESS)
             .map_err(Failure::from),
         Command::Serve(args) => serve::run(args)
+            .map(|()| ExitCode::SUCCESS)
+            .map_err(Failure::from),
+        Command::WhatIf(args) => whatif::run(args)
             .map(|()| ExitCode::SUCCESS)
             .map_err(Failure::from),
     };

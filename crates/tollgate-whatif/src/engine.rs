@@ -12,7 +12,7 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash, Hasher};
-use std::io::Read;
+use std::io::{Read, Write};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 
 use foldhash::fast::FixedState;
@@ -68,6 +68,9 @@ pub enum RunError {
         tollgate_trace::trace::INPUT_HEADER
     )]
     TraceHeader,
+    /// Writing the converted trace failed.
+    #[error("writing the trace")]
+    WriteTrace(#[source] std::io::Error),
     /// `--strict` and a malformed line.
     #[error("line {line}: {reason}: {text}")]
     Strict {
@@ -194,6 +197,19 @@ pub fn run(
     options: &Options,
     progress: &mut dyn FnMut(),
 ) -> Result<Outcome, RunError> {
+    run_with_trace(input, candidates, options, None, progress)
+}
+
+/// [`run`], also writing the first lane's requests to `trace` as the CSV
+/// trace `tollgate replay` reads (`t_ns,key,cost`; a `,` in a key written
+/// `%2C`, which no derived key holds otherwise since `%` is escaped).
+pub fn run_with_trace(
+    input: impl Read,
+    candidates: &Candidates,
+    options: &Options,
+    trace: Option<&mut dyn Write>,
+    progress: &mut dyn FnMut(),
+) -> Result<Outcome, RunError> {
     let wanted = Wanted::of(
         candidates.lanes.iter().map(|l| &l.key),
         candidates.lanes.iter().map(|l| &l.cost),
@@ -224,8 +240,12 @@ pub fn run(
             senders,
             outcome: Outcome::default(),
             hasher: FixedState::with_seed(0x7011_6a7e),
+            trace,
+            trace_error: None,
         };
-        let read = reader.read(input, progress);
+        let read = reader
+            .start_trace()
+            .and_then(|()| reader.read(input, progress));
         // Closing the channels ends the workers, also after an error.
         let Reader {
             senders,
@@ -274,7 +294,7 @@ impl Plan {
     }
 }
 
-struct Reader<'a> {
+struct Reader<'a, 'w> {
     candidates: &'a Candidates,
     options: &'a Options,
     wanted: &'a Wanted,
@@ -287,9 +307,41 @@ struct Reader<'a> {
     senders: Vec<SyncSender<Batch>>,
     outcome: Outcome,
     hasher: FixedState,
+    trace: Option<&'w mut dyn Write>,
+    /// The first error writing the trace, reported once the reading stops.
+    trace_error: Option<std::io::Error>,
 }
 
-impl Reader<'_> {
+impl Reader<'_, '_> {
+    fn start_trace(&mut self) -> Result<(), RunError> {
+        if let Some(out) = self.trace.as_mut() {
+            writeln!(out, "{}", tollgate_trace::trace::INPUT_HEADER)
+                .map_err(RunError::WriteTrace)?;
+        }
+        Ok(())
+    }
+
+    fn write_trace(&mut self, key: &[u8], t: u64, cost: u64) -> std::io::Result<()> {
+        let Some(out) = self.trace.as_mut() else {
+            return Ok(());
+        };
+        let mut numbers = itoa::Buffer::new();
+        let mut write = || -> std::io::Result<()> {
+            out.write_all(numbers.format(t).as_bytes())?;
+            out.write_all(b",")?;
+            for part in key.split(|&b| b == b',').enumerate() {
+                if part.0 > 0 {
+                    out.write_all(b"%2C")?;
+                }
+                out.write_all(part.1)?;
+            }
+            out.write_all(b",")?;
+            out.write_all(numbers.format(cost).as_bytes())?;
+            out.write_all(b"\n")
+        };
+        write()
+    }
+
     fn read(&mut self, input: impl Read, progress: &mut dyn FnMut()) -> Result<(), RunError> {
         let mut lines = Lines::new(input);
         let mut number = 0u64;
@@ -314,13 +366,24 @@ impl Reader<'_> {
             }
             if number % (1 << 16) == 0 {
                 progress();
+                if let Some(e) = self.trace_error.take() {
+                    return Err(RunError::WriteTrace(e));
+                }
             }
         }
         for w in 0..self.batches.len() {
             self.flush(w);
         }
         progress();
-        Ok(())
+        if let Some(out) = self.trace.as_mut() {
+            if let Err(e) = out.flush() {
+                self.trace_error.get_or_insert(e);
+            }
+        }
+        match self.trace_error.take() {
+            Some(e) => Err(RunError::WriteTrace(e)),
+            None => Ok(()),
+        }
     }
 
     fn parse(&mut self, text: &[u8]) -> Result<(), Malformed> {
@@ -441,6 +504,9 @@ impl Reader<'_> {
     }
 
     fn push(&mut self, lane: usize, key: &[u8], t: u64, cost: u64, route: u32) {
+        if lane == 0 && self.trace.is_some() && self.trace_error.is_none() {
+            self.trace_error = self.write_trace(key, t, cost).err();
+        }
         let w = if self.batches.len() == 1 {
             0
         } else {
