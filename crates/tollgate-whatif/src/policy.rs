@@ -162,10 +162,8 @@ impl Candidates {
                 let quota = Quota::with_parts(limit, period_ns, burst)
                     .map_err(|e| PolicyError(format!("limit {limit}, burst {burst}: {e}")))?;
                 let rule = Limit::new(algorithm, quota);
-                let name = match algorithm.uses_burst() {
-                    true => format!("{} (burst {burst})", describe_limit(&rule)),
-                    false => describe_limit(&rule),
-                };
+                // `bursts of N` is said whenever the burst is not the limit.
+                let name = describe_limit(&rule);
                 if c.policies.iter().any(|p| p.name == name) {
                     continue;
                 }

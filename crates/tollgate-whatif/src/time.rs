@@ -46,6 +46,8 @@ fn days_in_month(y: i64, m: i64) -> i64 {
 
 /// Nanoseconds since the epoch of a local date and time with an offset in
 /// seconds east of UTC; `None` before 1970 or for an impossible date.
+// The fields of a date and time, named as they are written.
+#[allow(clippy::too_many_arguments)]
 fn instant(
     y: i64,
     mo: i64,
