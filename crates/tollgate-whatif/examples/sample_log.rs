@@ -12,7 +12,9 @@ use std::io::Write;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
-    let path = args.next().ok_or("usage: sample_log FILE[.gz] [LINES] [SEED]")?;
+    let path = args
+        .next()
+        .ok_or("usage: sample_log FILE[.gz] [LINES] [SEED]")?;
     let lines: u64 = args.next().map_or(Ok(90_000), |a| a.parse())?;
     let seed: u64 = args.next().map_or(Ok(1), |a| a.parse())?;
     let file = std::io::BufWriter::new(std::fs::File::create(&path)?);

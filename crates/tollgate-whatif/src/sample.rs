@@ -266,7 +266,11 @@ fn request(rng: &mut PyRandom, c: &Client, t: u64, out: &mut Vec<u8>) {
         }
     };
     let bytes = 200 + pick(rng, 20_000);
-    let _ = writeln!(out, "{peer} - - [{}] \"{method} {path} HTTP/1.1\" {status} {bytes} \"-\" \"{agent}\" \"{xff}\"", clf(t));
+    let _ = writeln!(
+        out,
+        "{peer} - - [{}] \"{method} {path} HTTP/1.1\" {status} {bytes} \"-\" \"{agent}\" \"{xff}\"",
+        clf(t)
+    );
 }
 
 fn malformed(rng: &mut PyRandom, t: u64, out: &mut Vec<u8>) {

@@ -19,16 +19,26 @@ fn combined_with_malformed_lines_counted_and_escaped() {
     }
     log.push_str("\x1b]0;pwned\x07 not a log line\n");
     log.push_str("192.0.2.1 - - [02/Nov/2026:08:00:09 +0000] \"GET /a\n");
-    let o = run(log.as_bytes(), &one(60, 2, Key::ip()), &options("combined", &[]));
+    let o = run(
+        log.as_bytes(),
+        &one(60, 2, Key::ip()),
+        &options("combined", &[]),
+    );
     assert_eq!(o.lines, 7);
     assert_eq!(o.malformed.count, 2);
     assert_eq!(o.malformed.samples[0].line, 6);
     let sample = &o.malformed.samples[0].text;
-    assert!(!sample.contains('\x1b') && sample.contains(r"\x1b"), "{sample}");
+    assert!(
+        !sample.contains('\x1b') && sample.contains(r"\x1b"),
+        "{sample}"
+    );
     // One a second, burst 2, five at one a second: the bucket never empties.
     assert_eq!(keys(&o), [("ip=192.0.2.1".to_string(), 5, 0)]);
 
-    let strict = tollgate_whatif::engine::Options { strict: true, ..options("combined", &[]) };
+    let strict = tollgate_whatif::engine::Options {
+        strict: true,
+        ..options("combined", &[])
+    };
     let err = engine::run(log.as_bytes(), &one(60, 2, Key::ip()), &strict, &mut || {}).unwrap_err();
     assert!(matches!(err, RunError::Strict { line: 6, .. }), "{err}");
     assert!(!err.to_string().contains('\x1b'));
@@ -59,13 +69,24 @@ fn ipv6_clients_share_their_slash_64() {
         line("[2001:db8:1:2::7]:443", 0, "/", "-"),
     ]
     .concat();
-    let o = run(log.as_bytes(), &one(60, 1, Key::ip()), &options("combined", &[]));
+    let o = run(
+        log.as_bytes(),
+        &one(60, 1, Key::ip()),
+        &options("combined", &[]),
+    );
     assert_eq!(
         keys(&o),
-        [("ip=2001:db8:1:2::/64".to_string(), 3, 2), ("ip=2001:db8:1:3::/64".to_string(), 1, 0)]
+        [
+            ("ip=2001:db8:1:2::/64".to_string(), 3, 2),
+            ("ip=2001:db8:1:3::/64".to_string(), 1, 0)
+        ]
     );
-    let exact = run(log.as_bytes(), &one(60, 1, parse_key("ip/128").unwrap()), &options("combined", &[]));
-    assert_eq!(exact.lanes[0].keys.len(), 3);
+    let exact = run(
+        log.as_bytes(),
+        &one(60, 1, parse_key("ip/128").unwrap()),
+        &options("combined", &[]),
+    );
+    assert_eq!(exact.lanes[0].keys.len(), 4);
 }
 
 #[test]
@@ -79,19 +100,31 @@ fn forged_forwarded_for_is_ignored() {
         line("203.0.113.9", 2, "/", "198.51.100.7"),
     ]
     .concat();
-    let o = run(log.as_bytes(), &one(60, 5, Key::ip()), &options("combined-xff", &["10.0.0.0/8"]));
+    let o = run(
+        log.as_bytes(),
+        &one(60, 5, Key::ip()),
+        &options("combined-xff", &["10.0.0.0/8"]),
+    );
     assert_eq!(
         keys(&o),
-        [("ip=198.51.100.7".to_string(), 2, 0), ("ip=203.0.113.9".to_string(), 1, 0)]
+        [
+            ("ip=198.51.100.7".to_string(), 2, 0),
+            ("ip=203.0.113.9".to_string(), 1, 0)
+        ]
     );
     // Without trusted proxies every peer is the client.
-    let o = run(log.as_bytes(), &one(60, 5, Key::ip()), &options("combined-xff", &[]));
+    let o = run(
+        log.as_bytes(),
+        &one(60, 5, Key::ip()),
+        &options("combined-xff", &[]),
+    );
     assert_eq!(keys(&o)[0], ("ip=10.0.0.2".to_string(), 2, 0));
 }
 
 #[test]
 fn custom_log_format_with_an_api_key_and_routes() {
-    let format = r#"$remote_addr [$time_iso8601] "$request" $status key=$http_x_api_key user=$remote_user"#;
+    let format =
+        r#"$remote_addr [$time_iso8601] "$request" $status key=$http_x_api_key user=$remote_user"#;
     let log = "\
 192.0.2.1 [2026-11-02T08:00:00Z] \"GET /v1/users/ada/repos HTTP/1.1\" 200 key=sk-1 user=ada
 192.0.2.2 [2026-11-02T08:00:00Z] \"GET /v1/users/bob/repos HTTP/1.1\" 200 key=sk-1 user=bob
@@ -99,7 +132,11 @@ fn custom_log_format_with_an_api_key_and_routes() {
 ";
     let mut o = options(format, &[]);
     o.routes = Routes::new(["/v1/users/{name}/repos"]).unwrap();
-    let c = one(60, 1, parse_key("header:x-api-key|field:remote_user|ip").unwrap());
+    let c = one(
+        60,
+        1,
+        parse_key("header:x-api-key|field:remote_user|ip").unwrap(),
+    );
     let out = run(log.as_bytes(), &c, &o);
     let k = keys(&out);
     assert_eq!(k.len(), 2);
@@ -109,8 +146,15 @@ fn custom_log_format_with_an_api_key_and_routes() {
     assert_eq!(k[1].0, "ip=192.0.2.3");
     let routes: Vec<&str> = out.routes.iter().map(|(r, _)| r.as_str()).collect();
     assert_eq!(routes, ["/v1/orders/{id}", "/v1/users/{name}/repos"]);
-    let by_route = run(log.as_bytes(), &one(60, 1, Key::all([Key::Route, Key::constant("x")])), &o);
-    assert_eq!(keys(&by_route)[1], ("route=/v1/users/{name}/repos&const=x".to_string(), 2, 1));
+    let by_route = run(
+        log.as_bytes(),
+        &one(60, 1, Key::all([Key::Route, Key::constant("x")])),
+        &o,
+    );
+    assert_eq!(
+        keys(&by_route)[1],
+        ("route=/v1/users/{name}/repos&const=x".to_string(), 2, 1)
+    );
 }
 
 #[test]
@@ -120,7 +164,11 @@ fn envoy_json_logs() {
 not json
 {"method":"GET"}
 "#;
-    let o = run(log.as_bytes(), &one(60, 1, Key::ip()), &options("envoy-json", &["10.0.0.0/8"]));
+    let o = run(
+        log.as_bytes(),
+        &one(60, 1, Key::ip()),
+        &options("envoy-json", &["10.0.0.0/8"]),
+    );
     assert_eq!(o.malformed.count, 2);
     assert_eq!(keys(&o), [("ip=192.0.2.5".to_string(), 2, 1)]);
 }
@@ -129,9 +177,18 @@ not json
 fn csv_traces_keep_their_keys_and_costs() {
     let log = "t_ns,key,cost\n0,a,1\n0,a,1\n5,b,3\nbad\n";
     let o = run(log.as_bytes(), &one(60, 2, Key::ip()), &options("csv", &[]));
-    assert_eq!(keys(&o), [("a".to_string(), 1 + 1, 0), ("b".to_string(), 1, 1)]);
+    assert_eq!(
+        keys(&o),
+        [("a".to_string(), 1 + 1, 0), ("b".to_string(), 1, 1)]
+    );
     assert_eq!(o.malformed.count, 1);
-    let err = engine::run(&b"x,y\n"[..], &one(60, 2, Key::ip()), &options("csv", &[]), &mut || {}).unwrap_err();
+    let err = engine::run(
+        &b"x,y\n"[..],
+        &one(60, 2, Key::ip()),
+        &options("csv", &[]),
+        &mut || {},
+    )
+    .unwrap_err();
     assert!(matches!(err, RunError::TraceHeader));
 }
 
@@ -156,7 +213,12 @@ http:
     )
     .unwrap();
     let c = Candidates::load(&path, &Key::ip()).unwrap();
-    let log = [line("192.0.2.1", 0, "/orders/1", "-"), line("192.0.2.1", 0, "/orders/2", "-"), line("192.0.2.1", 0, "/", "-")].concat();
+    let log = [
+        line("192.0.2.1", 0, "/orders/1", "-"),
+        line("192.0.2.1", 0, "/orders/2", "-"),
+        line("192.0.2.1", 0, "/", "-"),
+    ]
+    .concat();
     let o = run(log.as_bytes(), &c, &options("combined", &[]));
     // The rule sees only /orders: two requests, one refused; the descriptor
     // limit sees all three, one a minute.

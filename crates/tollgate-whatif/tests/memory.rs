@@ -85,6 +85,9 @@ fn peak_allocation_does_not_grow_with_the_log() {
     let (a, b) = (peak(&small), peak(&large));
     // Eight times the lines: the same keys, states and queues. The slack
     // covers batches in flight, which do not depend on the log's length.
-    assert!(b < a + 4 * 1024 * 1024, "100k lines: {a} bytes, 800k lines: {b} bytes");
+    assert!(
+        b < a + 4 * 1024 * 1024,
+        "100k lines: {a} bytes, 800k lines: {b} bytes"
+    );
     assert!(b < 64 * 1024 * 1024, "{b} bytes");
 }

@@ -17,7 +17,10 @@ use tollgate_core::{Algorithm, Quota, State};
 fn refused(algorithm: Algorithm, limit: u64, burst: u64, period: u64, times: &[u64]) -> u64 {
     let quota = Quota::with_parts(limit, period, burst).unwrap();
     let mut state = State::new(algorithm, &quota);
-    times.iter().map(|&t| u64::from(!state.decide(&quota, t, 1).allowed)).sum()
+    times
+        .iter()
+        .map(|&t| u64::from(!state.decide(&quota, t, 1).allowed))
+        .sum()
 }
 
 proptest! {
@@ -45,7 +48,14 @@ fn the_sample_logs_sweep_curves_fall() {
     let mut log = Vec::new();
     tollgate_whatif::sample::generate(2, 20_000, &mut log).unwrap();
     let limits: Vec<u64> = (1..=10).map(|i| i * 10).collect();
-    let c = Candidates::sweep(Algorithm::Gcra, common::MINUTE, &limits, &[5, 30], Key::ip()).unwrap();
+    let c = Candidates::sweep(
+        Algorithm::Gcra,
+        common::MINUTE,
+        &limits,
+        &[5, 30],
+        Key::ip(),
+    )
+    .unwrap();
     let outcome = common::run(&log, &c, &common::options("combined-xff", &["10.0.0.0/8"]));
     let report = Report::new(&c, &outcome, 0.001);
     let sweep = report.sweep.unwrap();
@@ -53,7 +63,13 @@ fn the_sample_logs_sweep_curves_fall() {
     // The sample is out of order by up to two seconds, which the argument
     // above does not cover; on it the curves still fall.
     for curve in &sweep.curves {
-        assert!(curve.points.windows(2).all(|w| w[1].1 <= w[0].1), "{curve:?}");
-        assert!(curve.points[0].1 > 0.0, "the smallest limit refuses something");
+        assert!(
+            curve.points.windows(2).all(|w| w[1].1 <= w[0].1),
+            "{curve:?}"
+        );
+        assert!(
+            curve.points[0].1 > 0.0,
+            "the smallest limit refuses something"
+        );
     }
 }

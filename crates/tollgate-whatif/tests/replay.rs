@@ -79,7 +79,19 @@ fn the_sample_is_out_of_order() {
     tollgate_whatif::sample::generate(1, 4_000, &mut log).unwrap();
     let candidates = Candidates::sweep(Algorithm::Gcra, MINUTE, &[10], &[1], Key::ip()).unwrap();
     let mut trace = Vec::new();
-    engine::run_with_trace(&log[..], &candidates, &options("combined-xff", &[]), Some(&mut trace), &mut || {}).unwrap();
-    let times: Vec<u64> = String::from_utf8(trace).unwrap().lines().skip(1).map(|l| l.split(',').next().unwrap().parse().unwrap()).collect();
+    engine::run_with_trace(
+        &log[..],
+        &candidates,
+        &options("combined-xff", &[]),
+        Some(&mut trace),
+        &mut || {},
+    )
+    .unwrap();
+    let times: Vec<u64> = String::from_utf8(trace)
+        .unwrap()
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').next().unwrap().parse().unwrap())
+        .collect();
     assert!(times.windows(2).any(|w| w[1] < w[0]));
 }

@@ -12,7 +12,10 @@ pub const MINUTE: u64 = 60_000_000_000;
 pub fn options(format: &str, trusted: &[&str]) -> Options {
     Options {
         format: FormatName::parse(format).unwrap(),
-        client_ip: ClientIp::behind(trusted.iter().map(|n| n.parse().unwrap()), ForwardedHeader::XForwardedFor),
+        client_ip: ClientIp::behind(
+            trusted.iter().map(|n| n.parse().unwrap()),
+            ForwardedHeader::XForwardedFor,
+        ),
         routes: Routes::default(),
         strict: false,
         workers: 3,
@@ -33,7 +36,13 @@ pub fn keys(outcome: &Outcome) -> Vec<(String, u64, u64)> {
     let mut v: Vec<_> = outcome.lanes[0]
         .keys
         .iter()
-        .map(|k| (String::from_utf8_lossy(&k.key).into_owned(), k.volume, k.policies[0].refused))
+        .map(|k| {
+            (
+                String::from_utf8_lossy(&k.key).into_owned(),
+                k.volume,
+                k.policies[0].refused,
+            )
+        })
         .collect();
     v.sort();
     v
