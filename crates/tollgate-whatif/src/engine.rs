@@ -10,6 +10,7 @@
 //! replay handles it. Memory is bounded by the keys, not the log: per key
 //! and policy the states and a few counters; per route and hour one count.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::io::{Read, Write};
@@ -312,7 +313,7 @@ struct Reader<'a, 'w> {
     trace_error: Option<std::io::Error>,
 }
 
-impl Reader<'_, '_> {
+impl<'a> Reader<'a, '_> {
     fn start_trace(&mut self) -> Result<(), RunError> {
         if let Some(out) = self.trace.as_mut() {
             writeln!(out, "{}", tollgate_trace::trace::INPUT_HEADER)
@@ -364,7 +365,7 @@ impl Reader<'_, '_> {
             if let Err(why) = parsed {
                 self.malformed(number, &why, text)?;
             }
-            if number % (1 << 16) == 0 {
+            if number.is_multiple_of(1 << 16) {
                 progress();
                 if let Some(e) = self.trace_error.take() {
                     return Err(RunError::WriteTrace(e));
@@ -426,13 +427,19 @@ impl Reader<'_, '_> {
         Ok(())
     }
 
-    fn route_id(&mut self, path: &str) -> (u32, Option<String>) {
+    /// The route's id, and its template for the view (borrowed from the
+    /// path or the templates: a path without item segments allocates
+    /// nothing here).
+    fn route_id<'p>(&mut self, path: &'p str) -> (u32, Option<Cow<'p, str>>)
+    where
+        'a: 'p,
+    {
         if path.is_empty() {
             return (self.intern("-"), None);
         }
-        let route = self.options.routes.route(path);
-        let id = self.intern(&route);
-        (id, Some(route.into_owned()))
+        let routes: &'a Routes = &self.options.routes;
+        let route = routes.route(path);
+        (self.intern(&route), Some(route))
     }
 
     fn intern(&mut self, route: &str) -> u32 {

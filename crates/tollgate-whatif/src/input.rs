@@ -184,11 +184,11 @@ mod tests {
     fn long_lines_are_skipped_whole_across_blocks() {
         let mut input = Vec::new();
         input.extend_from_slice(b"first\n");
-        input.extend(std::iter::repeat(b'x').take(3 * BLOCK_BYTES));
+        input.extend(std::iter::repeat_n(b'x', 3 * BLOCK_BYTES));
         input.extend_from_slice(b"\nafter\n");
-        input.extend(std::iter::repeat(b'y').take(MAX_LINE_BYTES));
+        input.extend(std::iter::repeat_n(b'y', MAX_LINE_BYTES));
         input.extend_from_slice(b"\r\n");
-        input.extend(std::iter::repeat(b'z').take(MAX_LINE_BYTES + 1));
+        input.extend(std::iter::repeat_n(b'z', MAX_LINE_BYTES + 1));
         let got = all(&input);
         assert_eq!(got.len(), 5);
         assert_eq!(got[0], Ok(b"first".to_vec()));

@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use serde::Serialize;
-use tollgate_sim::charts::{self, Chart, Panel, Reference, Series};
+use tollgate_sim::charts::{Chart, Panel, Reference, Series};
 use tollgate_sim::table::Table;
 use tollgate_trace::escape::escape_controls;
 
@@ -475,28 +475,11 @@ impl Report {
     /// Writes `report.md`, `report.json` and the charts (SVG and PNG) into
     /// `dir`, creating it.
     pub fn write(&self, dir: &Path) -> Result<(), tollgate_sim::WriteError> {
-        let io = |path: &Path| {
-            let path = path.to_path_buf();
-            move |e: std::io::Error| tollgate_sim::WriteError {
-                path,
-                message: e.to_string(),
-            }
-        };
-        std::fs::create_dir_all(dir).map_err(io(dir))?;
-        for (file, text) in [
+        let files = [
             ("report.md", self.to_markdown()),
             ("report.json", self.to_json()),
-        ] {
-            let path = dir.join(file);
-            std::fs::write(&path, text).map_err(io(&path))?;
-        }
-        for chart in self.charts() {
-            charts::render(&chart, dir).map_err(|message| tollgate_sim::WriteError {
-                path: dir.join(&chart.stem),
-                message,
-            })?;
-        }
-        Ok(())
+        ];
+        tollgate_sim::write_files(dir, &files, &self.charts())
     }
 }
 

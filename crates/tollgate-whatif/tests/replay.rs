@@ -26,16 +26,6 @@ fn replay_refusals(limit: Limit, trace: &[u8]) -> HashMap<String, (u64, u64)> {
     per_key
 }
 
-const ALGORITHMS: [Algorithm; 7] = [
-    Algorithm::FixedWindow,
-    Algorithm::SlidingLog,
-    Algorithm::SlidingCounter,
-    Algorithm::TokenBucket,
-    Algorithm::Gcra,
-    Algorithm::LeakyBucket,
-    Algorithm::LeakyQueue,
-];
-
 proptest! {
     #![proptest_config(ProptestConfig { cases: 12, ..ProptestConfig::default() })]
 
@@ -48,7 +38,7 @@ proptest! {
         period_s in prop::sample::select(vec![1u64, 10, 60]),
         workers in 1usize..4,
     ) {
-        let algorithm = ALGORITHMS[algorithm];
+        let algorithm = Algorithm::ALL[algorithm];
         let mut log = Vec::new();
         tollgate_whatif::sample::generate(seed, 4_000, &mut log).unwrap();
         let period = period_s * 1_000_000_000;
