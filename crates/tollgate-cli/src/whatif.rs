@@ -36,7 +36,7 @@ field:NAME (any logged field), route, host, const:VALUE; a+b joins, a|b takes th
 Example:
   tollgate what-if examples/access.log.gz --log-format combined-xff \\
     --trusted-proxy 10.0.0.0/8 --algorithm gcra --period 1m \\
-    --sweep limit=30..300/10 --burst 10,60 --out whatif-report")]
+    --sweep limit=60..600/10 --burst 20,120 --out whatif-report")]
 pub struct Args {
     /// The log (plain or gzip, told by its first bytes); standard input when
     /// absent or `-`.
