@@ -76,7 +76,7 @@ pub struct Args {
     limit: Option<u64>,
     /// Limits to sweep: limit=50..500 (10 values), limit=50..500/20,
     /// limit=50..500:25 or limit=50,100,200.
-    #[arg(long, value_name = "SPEC")]
+    #[arg(long, value_name = "LIMITS")]
     sweep: Option<String>,
     /// Bursts, comma-separated (each limit is tried at each); the limit when absent.
     #[arg(long, value_name = "B,...", value_delimiter = ',')]
