@@ -2,8 +2,8 @@
 //! and other front ends can call it without spawning a process.
 
 pub mod duration;
-pub mod escape;
+pub use tollgate_trace::escape;
 pub mod output_file;
 pub mod rule_args;
 pub mod temp_cleanup;
-pub mod trace;
+pub use tollgate_trace::trace;

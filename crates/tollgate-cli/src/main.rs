@@ -18,6 +18,7 @@ mod simulate;
 mod store;
 mod terminal;
 mod timeout;
+mod whatif;
 
 /// Exact rate limiting: replay traces through any of the seven algorithms.
 #[derive(Parser)]
@@ -45,6 +46,8 @@ enum Command {
     Serve(serve::Args),
     /// Load-test a real endpoint and report what its clients get.
     Loadtest(loadtest::Args),
+    /// Decide candidate limits over an access log and report whom each would refuse.
+    WhatIf(whatif::Args),
 }
 
 fn main() -> ExitCode {
@@ -67,6 +70,9 @@ fn main() -> ExitCode {
             .map(|()| ExitCode::SUCCESS)
             .map_err(Failure::from),
         Command::Loadtest(args) => loadtest::run(args)
+            .map(|()| ExitCode::SUCCESS)
+            .map_err(Failure::from),
+        Command::WhatIf(args) => whatif::run(args)
             .map(|()| ExitCode::SUCCESS)
             .map_err(Failure::from),
     };

@@ -136,8 +136,10 @@ fn forwarded_for(element: &str) -> Option<&str> {
     })
 }
 
-/// `1.2.3.4`, `1.2.3.4:80`, `2001:db8::1` or `[2001:db8::1]:80`.
-fn parse_hop(hop: &str) -> Option<IpAddr> {
+/// An address as proxies and access logs write it: `1.2.3.4`,
+/// `1.2.3.4:80`, `2001:db8::1` or `[2001:db8::1]:80` (spaces around it
+/// ignored).
+pub fn parse_hop(hop: &str) -> Option<IpAddr> {
     let hop = hop.trim();
     if let Ok(ip) = hop.parse() {
         return Some(ip);

@@ -405,8 +405,8 @@ fn rfc3339(text: &str) -> Option<SystemTime> {
 }
 
 /// Days from 1970-01-01 to the given proleptic Gregorian date (Howard
-/// Hinnant's algorithm).
-fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
+/// Hinnant's algorithm); public for other readers of logged dates.
+pub fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
     let y = if month <= 2 { year - 1 } else { year };
     let era = y.div_euclid(400);
     let yoe = y - era * 400;

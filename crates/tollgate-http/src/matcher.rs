@@ -102,7 +102,7 @@ fn host_matches(pattern: &str, host: &str) -> bool {
 }
 
 /// `/v1/{id}` against `/v1/42`; `{*rest}` takes the remaining segments.
-fn template_matches(template: &str, path: &str) -> bool {
+pub(crate) fn template_matches(template: &str, path: &str) -> bool {
     let mut want = template.split('/');
     let mut got = path.split('/');
     loop {

@@ -202,4 +202,25 @@ impl Rule {
     pub fn policy(&self) -> &Policy {
         &self.policy
     }
+
+    /// Which requests the rule applies to, for offline readers of access
+    /// logs that decide as the layer would.
+    pub fn match_spec(&self) -> &Matcher {
+        &self.matcher
+    }
+
+    /// Where the rule's key comes from.
+    pub fn key_spec(&self) -> &Key {
+        &self.key
+    }
+
+    /// What a request costs under the rule.
+    pub fn cost_spec(&self) -> &Cost {
+        &self.cost
+    }
+
+    /// What the rule does when the key is missing.
+    pub fn missing_key(&self) -> MissingKey {
+        self.on_missing_key
+    }
 }

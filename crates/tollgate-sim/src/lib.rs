@@ -75,6 +75,24 @@ impl std::error::Error for WriteError {}
 /// Writes `report.md`, `report.json` and every chart as SVG and PNG into
 /// `dir`, creating it if needed.
 pub fn write(dir: &Path, report: &Report, charts: &[Chart]) -> Result<(), WriteError> {
+    write_files(
+        dir,
+        &[
+            ("report.md", report.to_markdown()),
+            ("report.json", report.to_json()),
+        ],
+        charts,
+    )
+}
+
+/// Writes each `(file name, text)` and every chart as SVG and PNG into
+/// `dir`, creating it if needed: the layout of every report (the
+/// simulator's, `tollgate what-if`'s).
+pub fn write_files(
+    dir: &Path,
+    files: &[(&str, String)],
+    charts: &[Chart],
+) -> Result<(), WriteError> {
     let io = |path: &Path| {
         let path = path.to_path_buf();
         move |e: std::io::Error| WriteError {
@@ -83,10 +101,7 @@ pub fn write(dir: &Path, report: &Report, charts: &[Chart]) -> Result<(), WriteE
         }
     };
     std::fs::create_dir_all(dir).map_err(io(dir))?;
-    for (file, text) in [
-        ("report.md", report.to_markdown()),
-        ("report.json", report.to_json()),
-    ] {
+    for (file, text) in files {
         let path = dir.join(file);
         std::fs::write(&path, text).map_err(io(&path))?;
     }

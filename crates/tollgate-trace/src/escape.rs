@@ -6,7 +6,7 @@
 //! message that quotes input passes it through [`escape_controls`].
 //!
 //! ```
-//! use tollgate_cli::escape::escape_controls;
+//! use tollgate_trace::escape::escape_controls;
 //!
 //! assert_eq!(escape_controls("a\x1b]0;pwned\x07\r"), r"a\x1b]0;pwned\x07\r");
 //! assert_eq!(escape_controls("plain ünïcode"), "plain ünïcode");

@@ -257,14 +257,18 @@ fn read_line<R: BufRead>(
 
 /// One request of a trace, borrowing its key from the line.
 #[derive(Debug, PartialEq, Eq)]
-struct Request<'a> {
-    t_ns: u64,
-    key: &'a [u8],
-    cost: u64,
+pub struct Request<'a> {
+    /// Its time, in nanoseconds.
+    pub t_ns: u64,
+    /// Whose budget it spends, as written.
+    pub key: &'a [u8],
+    /// What it costs.
+    pub cost: u64,
 }
 
-/// Splits and checks one request line (without its line ending).
-fn parse_request(line: &[u8]) -> Result<Request<'_>, LineProblem> {
+/// Splits and checks one request line (without its line ending): the
+/// parser of [`replay`], for other readers of the format.
+pub fn parse_request(line: &[u8]) -> Result<Request<'_>, LineProblem> {
     if line.is_empty() {
         return Err(LineProblem::EmptyLine);
     }
@@ -319,10 +323,14 @@ fn integer_problem(field: &'static str, text: &[u8]) -> LineProblem {
 
 /// Field text for an error message: lossy UTF-8, cut to a readable length,
 /// control characters escaped.
-fn shorten(text: &[u8]) -> String {
-    const SHOWN: usize = 40;
+pub fn shorten(text: &[u8]) -> String {
+    shorten_to(text, 40)
+}
+
+/// [`shorten`] to at most `shown` characters (and an ellipsis).
+pub fn shorten_to(text: &[u8], shown: usize) -> String {
     let text = String::from_utf8_lossy(text);
-    let text = match text.char_indices().nth(SHOWN) {
+    let text = match text.char_indices().nth(shown) {
         Some((cut, _)) => format!("{}…", &text[..cut]),
         None => text.into_owned(),
     };
