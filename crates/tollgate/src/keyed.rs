@@ -14,12 +14,12 @@ use crate::sharded::{Located, Probe, ShardedMap, Sizing};
 use crate::Clock;
 
 /// Buckets the sweep looks at after each new key once a shard is 3/4 full.
-/// Going from 3/4 full to full (when the table would grow) takes a quarter
-/// of its capacity in new keys, which at 6 buckets each is 1.5 capacities,
-/// more than one pass over the whole table: a shard grows only after every
-/// key that had been idle for the idle grace when it passed 3/4 full has
-/// been dropped.
-const SWEEP_ON_INSERT: usize = 6;
+/// A table grows by 1/8 when it holds 7/8 of its buckets, so from one
+/// growth to the next takes 1/9 of its capacity (7/72 of its buckets) in
+/// new keys, which at 12 buckets each is more than one pass over the whole
+/// table: a shard grows only after every key that had been idle for the
+/// idle grace at its last growth has been dropped.
+const SWEEP_ON_INSERT: usize = 12;
 /// Buckets searched for an idle key to evict when the table is full.
 const EVICT_SCAN: usize = 64;
 
@@ -421,19 +421,11 @@ impl<K: Hash + Eq, R: Rules> Keyed<K, R> {
         Q: Hash + Eq + ?Sized,
     {
         let mut located = self.map.locate(key);
-        let hash = located.hash;
-        match located
-            .shard
-            .table
-            .find_entry(hash, |(k, _)| k.borrow() == key)
-        {
-            Ok(entry) => {
-                entry.remove();
-                bounds.keys.fetch_sub(1, Ordering::Relaxed);
-                true
-            }
-            Err(_) => false,
+        let removed = located.remove(key).is_some();
+        if removed {
+            bounds.keys.fetch_sub(1, Ordering::Relaxed);
         }
+        removed
     }
 
     /// Gives `cost` back to `key` (nothing to do for an untracked key: it
