@@ -93,18 +93,24 @@ impl<T> Table<T> {
         }
     }
 
-    /// An empty table with room for `capacity` values before it grows.
+    /// An empty table with room for `capacity` values before it grows (and
+    /// little more: the size is cut to fit, not taken from the sequence).
     pub(crate) fn with_capacity(capacity: usize, phase: f64) -> Self {
         let mut table = Table::new(phase);
-        if capacity > 0 {
-            let level = (0..)
-                .find(|&level| {
-                    let homes = homes_at(level, table.phase);
-                    Self::room(homes + tail(homes)) >= capacity
-                })
-                .unwrap_or(0);
-            table = table.resized(level, &|_| 0).unwrap_or(table);
+        if capacity == 0 {
+            return table;
         }
+        // The first size of the sequence that fits, which the next growth
+        // goes on from; then the fewest home buckets that fit.
+        let fits = |homes: usize| Self::room(homes + tail(homes)) >= capacity;
+        let level = (0..)
+            .find(|&level| fits(homes_at(level, table.phase)))
+            .unwrap_or(0);
+        let upper = homes_at(level, table.phase);
+        let homes = (upper * 7 / 8..upper)
+            .find(|&homes| fits(homes))
+            .unwrap_or(upper);
+        table = table.resized(homes, level, &|_| 0).unwrap_or(table);
         table
     }
 
@@ -256,7 +262,7 @@ impl<T> Table<T> {
         };
         loop {
             // A failed attempt moved nothing out of `self`.
-            if let Some(bigger) = self.resized(level, hasher) {
+            if let Some(bigger) = self.resized(homes_at(level, self.phase), level, hasher) {
                 let old = std::mem::replace(self, bigger);
                 old.forget_values();
                 return;
@@ -265,12 +271,11 @@ impl<T> Table<T> {
         }
     }
 
-    /// A copy of the table at `level`, the values copied bit for bit (so
-    /// exactly one of the two tables must then forget them), or `None` if
-    /// it would have no room for one more value or some key would run past
-    /// the end of it.
-    fn resized(&self, level: u32, hasher: &dyn Fn(&T) -> u64) -> Option<Self> {
-        let homes = homes_at(level, self.phase);
+    /// A copy of the table with `homes` home buckets (at `level` of its
+    /// sizes), the values copied bit for bit (so exactly one of the two
+    /// tables must then forget them), or `None` if it would have no room for
+    /// one more value or some key would run past the end of it.
+    fn resized(&self, homes: usize, level: u32, hasher: &dyn Fn(&T) -> u64) -> Option<Self> {
         let buckets = homes + tail(homes);
         if Self::room(buckets) <= self.len {
             return None;
