@@ -70,8 +70,9 @@ use crate::{Clock, Limit, MonotonicClock, Policy, Quota, QuotaError};
 ///
 /// A key of the bucket family (GCRA, token bucket, leaky bucket and queue)
 /// is stored in 16 bytes whenever its quota allows (see
-/// [`Compact`](tollgate_core::Compact)): with a `u64` key, about 52 bytes
-/// per key at 1M keys when the tables grow on demand, 29.5 with
+/// [`Compact`](tollgate_core::Compact)): with a `u64` key, about 30.5 bytes
+/// per key at 1M keys when the tables grow on demand (they grow by an
+/// eighth at a time, so they stay 78–88% full), 29.5 with
 /// [`LimiterBuilder::capacity`] (see `docs/PERFORMANCE.md`).
 ///
 /// The same code against a shared store (Redis, ...) goes through
@@ -257,17 +258,17 @@ impl<K: Hash + Eq, C: Clock> LimiterBuilder<K, C> {
         self
     }
 
-    /// Splits the keys into at least `shards` independently locked parts
-    /// (1 to 65,536). Default: four per CPU.
+    /// Splits the keys into `shards` independently locked parts (1 to
+    /// 65,536). Default: four per CPU.
     pub fn shards(mut self, shards: usize) -> Self {
         self.shards = shards;
         self
     }
 
-    /// Allocates room for `keys` keys up front, with the shard count chosen
-    /// so the tables are nearly full at that many keys (about 29.5 bytes
-    /// per GCRA key at 1M `u64` keys, against about 52 when grown on
-    /// demand).
+    /// Allocates room for `keys` keys up front, the tables nearly 7/8 full
+    /// at that many keys: filling them rehashes nothing (grown on demand, a
+    /// table is rebuilt each time it grows by an eighth), and a GCRA key
+    /// takes about 29.5 bytes at 1M `u64` keys against 30.5 grown on demand.
     /// Tables still grow past it. Default: 0, grown on demand.
     pub fn capacity(mut self, keys: usize) -> Self {
         self.capacity = keys;
