@@ -61,9 +61,9 @@ use crate::{Clock, Limit, MonotonicClock, Policy, Quota, QuotaError};
 /// keys store nothing) and is forgotten by the sweep once it has been back
 /// to its initial state for [`LimiterBuilder::idle_grace`]: a forgotten key
 /// decides exactly like a kept one. Sweeping is incremental and never stops
-/// the world: each new key looks at 6 buckets of its shard once the shard
-/// is 3/4 full, and [`Limiter::sweep_step`] / [`Limiter::sweep`] lock one
-/// shard at a time. [`LimiterBuilder::max_keys`] caps the keys against a
+/// the world: before a shard's table grows, up to an eighth of it is swept
+/// (the table grows only if no key there was idle), and
+/// [`Limiter::sweep_step`] / [`Limiter::sweep`] lock one shard at a time. [`LimiterBuilder::max_keys`] caps the keys against a
 /// flood of random ones: a new key beyond it evicts an idle key near it,
 /// and if there is none, [`OnFull`] says how it is decided: by default
 /// against one overflow budget shared by all the keys left out.
@@ -529,9 +529,9 @@ impl<K: Hash + Eq, C: Clock> Limiter<K, C> {
     /// initial state for the idle grace. Locks one shard, briefly; never the
     /// whole limiter. Returns how many keys it removed.
     ///
-    /// New keys already sweep a few buckets each once their shard is 3/4
-    /// full, which bounds memory while keys churn; call this (for example
-    /// from a timer) to give memory back when no new keys come.
+    /// A table about to grow sweeps first, which bounds memory while keys
+    /// churn; call this (for example from a timer) to give memory back
+    /// when no new keys come.
     pub fn sweep_step(&self, budget: usize) -> usize {
         let shard = self.sweep_next.fetch_add(1, Ordering::Relaxed);
         with_keyed!(&self.table, t => t.sweep_shard(shard, budget, &self.clock, &self.bounds).0)

@@ -328,18 +328,24 @@ impl<K: Hash, V> Shard<K, V> {
     }
 
     /// Looks at the next `budget` buckets from the sweep cursor and removes
-    /// the entries `expired` says are done with. Returns how many it removed.
+    /// the entries `expired` says are done with, stopping early once it
+    /// removed `max_removed`. Returns how many it removed.
     /// A removal moves the next entries back, into the bucket just looked
     /// at: that bucket is looked at again, so one pass of as many buckets as
     /// the table has sees every entry.
-    pub(crate) fn sweep(&mut self, budget: usize, mut expired: impl FnMut(&V) -> bool) -> usize {
+    pub(crate) fn sweep(
+        &mut self,
+        budget: usize,
+        max_removed: usize,
+        mut expired: impl FnMut(&V) -> bool,
+    ) -> usize {
         let buckets = self.table.buckets();
         if self.table.is_empty() {
             return 0;
         }
         let mut removed = 0;
         let mut looked = 0;
-        while looked < budget.min(buckets) {
+        while looked < budget.min(buckets) && removed < max_removed {
             let index = self.cursor % buckets;
             if self.table.get(index).is_some_and(|(_, v)| expired(v)) {
                 self.remove(index);
@@ -384,7 +390,7 @@ mod tests {
         let mut shard = map.lock_shard(0);
         let buckets = shard.buckets();
         // Removing moves keys back into buckets already looked at.
-        assert_eq!(shard.sweep(buckets, |v| *v != 0), 6_666);
+        assert_eq!(shard.sweep(buckets, usize::MAX, |v| *v != 0), 6_666);
         assert_eq!(shard.table.len(), 3_334);
     }
 
