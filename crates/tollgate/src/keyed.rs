@@ -562,6 +562,41 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_full_table_drops_idle_keys_instead_of_growing() {
+        let quota = Quota::with_parts(10, 1_000, 10).unwrap();
+        let keyed: Keyed<u64, One<Compact<Gcra>>> = Keyed::new(One::new(quota), Sizing::growing(1));
+        let clock = FakeClock::new();
+        let bounds = bounds();
+        let mut key = 0;
+        // Large enough that an eighth of the table is far more than its
+        // tail (mostly empty buckets after the last home bucket).
+        let mut charge_until_full = |key: &mut u64| {
+            for _ in 0..8_000 {
+                assert!(keyed.check(key, 1, &clock, &bounds).unwrap().allowed);
+                *key += 1;
+            }
+            let capacity = keyed.map.lock_shard(0).table.capacity();
+            while keyed.map.lock_shard(0).table.len() < capacity {
+                assert!(keyed.check(key, 1, &clock, &bounds).unwrap().allowed);
+                *key += 1;
+            }
+            keyed.map.lock_shard(0).buckets()
+        };
+        let buckets = charge_until_full(&mut key);
+        // Every key is idle a second later: new keys take their room.
+        clock.advance(std::time::Duration::from_secs(1));
+        for _ in 0..100 {
+            assert!(keyed.check(&key, 1, &clock, &bounds).unwrap().allowed);
+            key += 1;
+        }
+        assert_eq!(keyed.map.lock_shard(0).buckets(), buckets);
+        // With no idle key, a full table grows.
+        charge_until_full(&mut key);
+        assert!(keyed.check(&key, 1, &clock, &bounds).unwrap().allowed);
+        assert!(keyed.map.lock_shard(0).buckets() > buckets);
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(128))]
 
