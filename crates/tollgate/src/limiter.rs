@@ -72,7 +72,7 @@ use crate::{Clock, Limit, MonotonicClock, Policy, Quota, QuotaError};
 /// is stored in 16 bytes whenever its quota allows (see
 /// [`Compact`](tollgate_core::Compact)): with a `u64` key, about 30.5 bytes
 /// per key at 1M keys when the tables grow on demand (they grow by an
-/// eighth at a time, so they stay 78–88% full), 29.5 with
+/// eighth at a time, so they stay 78–88% full), 29.2 with
 /// [`LimiterBuilder::capacity`] (see `docs/PERFORMANCE.md`).
 ///
 /// The same code against a shared store (Redis, ...) goes through
@@ -268,7 +268,7 @@ impl<K: Hash + Eq, C: Clock> LimiterBuilder<K, C> {
     /// Allocates room for `keys` keys up front, the tables nearly 7/8 full
     /// at that many keys: filling them rehashes nothing (grown on demand, a
     /// table is rebuilt each time it grows by an eighth), and a GCRA key
-    /// takes about 29.5 bytes at 1M `u64` keys against 30.5 grown on demand.
+    /// takes about 29.2 bytes at 1M `u64` keys against 30.5 grown on demand.
     /// Tables still grow past it. Default: 0, grown on demand.
     pub fn capacity(mut self, keys: usize) -> Self {
         self.capacity = keys;
