@@ -571,7 +571,7 @@ mod tests {
         let mut key = 0;
         // Large enough that an eighth of the table is far more than its
         // tail (mostly empty buckets after the last home bucket).
-        let mut charge_until_full = |key: &mut u64| {
+        let charge_until_full = |key: &mut u64| {
             for _ in 0..8_000 {
                 assert!(keyed.check(key, 1, &clock, &bounds).unwrap().allowed);
                 *key += 1;

@@ -72,11 +72,6 @@ pub(crate) struct Table<T> {
     phase: f64,
 }
 
-// SAFETY: the table owns its values as a `Vec<T>` would.
-unsafe impl<T: Send> Send for Table<T> {}
-// SAFETY: `&Table` gives only `&T`.
-unsafe impl<T: Sync> Sync for Table<T> {}
-
 impl<T> Table<T> {
     /// An empty table (no memory until the first value) whose sizes are
     /// `phase` (taken modulo 1) of a growth step along.
@@ -284,30 +279,31 @@ impl<T> Table<T> {
         tags.resize(buckets + GROUP, 0);
         let mut slots = AllocVec::with_capacity_in(buckets, HugePages);
         slots.resize_with(buckets, MaybeUninit::uninit);
-        let mut bigger = Table {
+        // Holds bit copies of `self`'s values: forgets them if this returns
+        // early or the hasher (the caller's `Hash`) panics, so each value
+        // keeps exactly one owner.
+        let mut guard = Forget(Some(Table {
             tags,
             slots,
             homes,
             len: 0,
             level,
             phase: self.phase,
-        };
+        }));
+        let bigger = guard.0.as_mut()?;
         for index in 0..self.buckets() {
             let Some(value) = self.get(index) else {
                 continue;
             };
             let hash = hasher(value);
-            let Some(at) = bigger.free_bucket(hash) else {
-                bigger.forget_values();
-                return None;
-            };
+            let at = bigger.free_bucket(hash)?;
             bigger.tags[at] = tag(hash);
             // SAFETY: bucket `index` is full; the copy is owned by one
             // table only, as the caller arranges.
             bigger.slots[at].write(unsafe { std::ptr::read(value) });
             bigger.len += 1;
         }
-        Some(bigger)
+        guard.0.take()
     }
 
     /// Drops the table without dropping its values (another table owns
@@ -347,6 +343,17 @@ impl<T> Table<T> {
             next += 1;
         }
         value
+    }
+}
+
+/// A table of bit copies, forgotten unless taken out.
+struct Forget<T>(Option<Table<T>>);
+
+impl<T> Drop for Forget<T> {
+    fn drop(&mut self) {
+        if let Some(table) = self.0.take() {
+            table.forget_values();
+        }
     }
 }
 
@@ -420,6 +427,34 @@ mod tests {
             let stored = (0..table.buckets()).filter_map(|i| table.get(i)).count();
             prop_assert_eq!(stored, model.len());
         }
+    }
+
+    #[test]
+    fn a_hasher_panicking_during_growth_loses_and_doubles_nothing() {
+        use std::sync::Arc;
+        let shared = Arc::new(());
+        let mut table: Table<(u64, Arc<()>)> = Table::new(0.0);
+        let by_key = |v: &(u64, Arc<()>)| hash(v.0);
+        let mut key = 0;
+        while table.len() < table.capacity() || table.is_empty() {
+            table.insert(hash(key), (key, Arc::clone(&shared)), &by_key);
+            key += 1;
+        }
+        let held = table.len();
+        let panicking = |_: &(u64, Arc<()>)| -> u64 { panic!("the caller's Hash panicked") };
+        let grown = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            table.insert(hash(key), (key, Arc::clone(&shared)), &panicking);
+        }));
+        assert!(grown.is_err());
+        // The value being inserted was dropped by the unwinding; the table
+        // still holds its values once each.
+        assert_eq!(table.len(), held);
+        assert_eq!(Arc::strong_count(&shared), held + 1);
+        for k in 0..key {
+            assert!(table.find(hash(k), |v| v.0 == k).is_some());
+        }
+        drop(table);
+        assert_eq!(Arc::strong_count(&shared), 1);
     }
 
     #[test]
