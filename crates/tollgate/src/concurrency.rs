@@ -128,12 +128,10 @@ impl<K: Hash + Eq> ConcurrencyLimiter<K> {
 
     fn release(&self, key: &K) {
         let mut located = self.in_flight.locate(key);
-        let hash = located.hash;
-        if let Ok(mut entry) = located.shard.table.find_entry(hash, |(k, _)| k == key) {
-            let n = &mut entry.get_mut().1;
+        if let Some(n) = located.get_mut(key) {
             *n -= 1;
             if *n == 0 {
-                entry.remove();
+                located.remove(key);
             }
         }
     }

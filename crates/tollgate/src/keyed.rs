@@ -13,13 +13,14 @@ use crate::rules::Rules;
 use crate::sharded::{Located, Probe, ShardedMap, Sizing};
 use crate::Clock;
 
-/// Buckets the sweep looks at after each new key once a shard is 3/4 full.
-/// Going from 3/4 full to full (when the table would grow) takes a quarter
-/// of its capacity in new keys, which at 6 buckets each is 1.5 capacities,
-/// more than one pass over the whole table: a shard grows only after every
-/// key that had been idle for the idle grace when it passed 3/4 full has
-/// been dropped.
-const SWEEP_ON_INSERT: usize = 6;
+/// Before a shard's table grows, the sweep looks at up to 1/`GROWTH_SWEEP`
+/// of its buckets for idle keys, and the table grows only if it found none.
+/// It stops once it has dropped 1/`GROWTH_FREED` of the capacity: the next
+/// that many new keys then need no sweep, so a new key costs at most about
+/// 9 buckets looked at, and nothing while the table has room.
+const GROWTH_SWEEP: usize = 8;
+/// See [`GROWTH_SWEEP`].
+const GROWTH_FREED: usize = 64;
 /// Buckets searched for an idle key to evict when the table is full.
 const EVICT_SCAN: usize = 64;
 
@@ -350,15 +351,15 @@ impl<K: Hash + Eq, R: Rules> Keyed<K, R> {
         if count_in(&bounds.keys, bounds.max_keys) {
             return true;
         }
-        self.sweep_locked(located, EVICT_SCAN, now, bounds) > 0
+        self.sweep_locked(located, EVICT_SCAN, usize::MAX, now, bounds) > 0
             && count_in(&bounds.keys, bounds.max_keys)
     }
 
-    /// Stores a new key (already counted in) and, once its shard is 3/4
-    /// full, sweeps a few buckets, so the work of forgetting idle keys is
-    /// spread over the new ones. Below 3/4 nothing is swept: a key that is
-    /// idle between requests (a generous quota) is not dropped and created
-    /// again each time while memory is not short.
+    /// Stores a new key (already counted in). If its shard's table is full,
+    /// idle keys are swept first (see [`GROWTH_SWEEP`]) and the table grows
+    /// only if there were none. While the table has room nothing is swept:
+    /// a key idle between requests (a generous quota) is not dropped and
+    /// created again each time while memory is not short.
     fn add(
         &self,
         located: &mut Located<'_, K, R::State>,
@@ -367,16 +368,19 @@ impl<K: Hash + Eq, R: Rules> Keyed<K, R> {
         now: u64,
         bounds: &Bounds,
     ) {
-        self.map.insert(located, key, state);
         let table = &located.shard.table;
-        if table.len() * 4 >= table.capacity() * 3 {
+        if table.len() >= table.capacity() {
+            let budget = table.buckets() / GROWTH_SWEEP;
+            let enough = (table.capacity() / GROWTH_FREED).max(1);
             let idle_since = now.saturating_sub(bounds.idle_grace);
-            self.sweep_locked(located, SWEEP_ON_INSERT, idle_since, bounds);
+            self.sweep_locked(located, budget, enough, idle_since, bounds);
         }
+        self.map.insert(located, key, state);
     }
 
     /// Sweeps `budget` buckets of the located shard, dropping the keys that
-    /// were already idle at `idle_since`. A key is idle from some time on
+    /// were already idle at `idle_since` (stopping once it dropped
+    /// `max_removed`). A key is idle from some time on
     /// until its next charge, and the core judges a time before a key's
     /// last change as that change's time, so a key idle at `idle_since` has
     /// been idle since then at least.
@@ -384,12 +388,13 @@ impl<K: Hash + Eq, R: Rules> Keyed<K, R> {
         &self,
         located: &mut Located<'_, K, R::State>,
         budget: usize,
+        max_removed: usize,
         idle_since: u64,
         bounds: &Bounds,
     ) -> usize {
-        let removed = located
-            .shard
-            .sweep(budget, |state| self.rules.is_idle(state, idle_since));
+        let removed = located.shard.sweep(budget, max_removed, |state| {
+            self.rules.is_idle(state, idle_since)
+        });
         bounds.keys.fetch_sub(removed, Ordering::Relaxed);
         removed
     }
@@ -405,7 +410,9 @@ impl<K: Hash + Eq, R: Rules> Keyed<K, R> {
     ) -> (usize, usize) {
         let mut shard = self.map.lock_shard(index);
         let idle_since = clock.now().saturating_sub(bounds.idle_grace);
-        let removed = shard.sweep(budget, |state| self.rules.is_idle(state, idle_since));
+        let removed = shard.sweep(budget, usize::MAX, |state| {
+            self.rules.is_idle(state, idle_since)
+        });
         bounds.keys.fetch_sub(removed, Ordering::Relaxed);
         (removed, shard.buckets())
     }
@@ -421,19 +428,11 @@ impl<K: Hash + Eq, R: Rules> Keyed<K, R> {
         Q: Hash + Eq + ?Sized,
     {
         let mut located = self.map.locate(key);
-        let hash = located.hash;
-        match located
-            .shard
-            .table
-            .find_entry(hash, |(k, _)| k.borrow() == key)
-        {
-            Ok(entry) => {
-                entry.remove();
-                bounds.keys.fetch_sub(1, Ordering::Relaxed);
-                true
-            }
-            Err(_) => false,
+        let removed = located.remove(key).is_some();
+        if removed {
+            bounds.keys.fetch_sub(1, Ordering::Relaxed);
         }
+        removed
     }
 
     /// Gives `cost` back to `key` (nothing to do for an untracked key: it
@@ -561,6 +560,41 @@ mod tests {
             let expected = model[usize::from(key)].decide(&quota, clock.now(), cost);
             assert_eq!(keyed.check(&key, cost, &clock, &bounds), Ok(expected));
         }
+    }
+
+    #[test]
+    fn a_full_table_drops_idle_keys_instead_of_growing() {
+        let quota = Quota::with_parts(10, 1_000, 10).unwrap();
+        let keyed: Keyed<u64, One<Compact<Gcra>>> = Keyed::new(One::new(quota), Sizing::growing(1));
+        let clock = FakeClock::new();
+        let bounds = bounds();
+        let mut key = 0;
+        // Large enough that an eighth of the table is far more than its
+        // tail (mostly empty buckets after the last home bucket).
+        let charge_until_full = |key: &mut u64| {
+            for _ in 0..8_000 {
+                assert!(keyed.check(key, 1, &clock, &bounds).unwrap().allowed);
+                *key += 1;
+            }
+            let capacity = keyed.map.lock_shard(0).table.capacity();
+            while keyed.map.lock_shard(0).table.len() < capacity {
+                assert!(keyed.check(key, 1, &clock, &bounds).unwrap().allowed);
+                *key += 1;
+            }
+            keyed.map.lock_shard(0).buckets()
+        };
+        let buckets = charge_until_full(&mut key);
+        // Every key is idle a second later: new keys take their room.
+        clock.advance(std::time::Duration::from_secs(1));
+        for _ in 0..100 {
+            assert!(keyed.check(&key, 1, &clock, &bounds).unwrap().allowed);
+            key += 1;
+        }
+        assert_eq!(keyed.map.lock_shard(0).buckets(), buckets);
+        // With no idle key, a full table grows.
+        charge_until_full(&mut key);
+        assert!(keyed.check(&key, 1, &clock, &bounds).unwrap().allowed);
+        assert!(keyed.map.lock_shard(0).buckets() > buckets);
     }
 
     proptest! {

@@ -72,6 +72,7 @@ mod shard_lock;
 mod sharded;
 #[cfg(feature = "async")]
 mod store;
+mod table;
 
 #[cfg(feature = "async")]
 pub use backend::{Backend, BackendError, Operation};

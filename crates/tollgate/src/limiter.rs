@@ -61,17 +61,18 @@ use crate::{Clock, Limit, MonotonicClock, Policy, Quota, QuotaError};
 /// keys store nothing) and is forgotten by the sweep once it has been back
 /// to its initial state for [`LimiterBuilder::idle_grace`]: a forgotten key
 /// decides exactly like a kept one. Sweeping is incremental and never stops
-/// the world: each new key looks at 6 buckets of its shard once the shard
-/// is 3/4 full, and [`Limiter::sweep_step`] / [`Limiter::sweep`] lock one
-/// shard at a time. [`LimiterBuilder::max_keys`] caps the keys against a
+/// the world: before a shard's table grows, up to an eighth of it is swept
+/// (the table grows only if no key there was idle), and
+/// [`Limiter::sweep_step`] / [`Limiter::sweep`] lock one shard at a time. [`LimiterBuilder::max_keys`] caps the keys against a
 /// flood of random ones: a new key beyond it evicts an idle key near it,
 /// and if there is none, [`OnFull`] says how it is decided: by default
 /// against one overflow budget shared by all the keys left out.
 ///
 /// A key of the bucket family (GCRA, token bucket, leaky bucket and queue)
 /// is stored in 16 bytes whenever its quota allows (see
-/// [`Compact`](tollgate_core::Compact)): with a `u64` key, about 52 bytes
-/// per key at 1M keys when the tables grow on demand, 29.5 with
+/// [`Compact`](tollgate_core::Compact)): with a `u64` key, about 30.5 bytes
+/// per key at 1M keys when the tables grow on demand (they grow by an
+/// eighth at a time, so they stay 78–88% full), 29.2 with
 /// [`LimiterBuilder::capacity`] (see `docs/PERFORMANCE.md`).
 ///
 /// The same code against a shared store (Redis, ...) goes through
@@ -257,17 +258,17 @@ impl<K: Hash + Eq, C: Clock> LimiterBuilder<K, C> {
         self
     }
 
-    /// Splits the keys into at least `shards` independently locked parts
-    /// (1 to 65,536). Default: four per CPU.
+    /// Splits the keys into `shards` independently locked parts (1 to
+    /// 65,536). Default: four per CPU.
     pub fn shards(mut self, shards: usize) -> Self {
         self.shards = shards;
         self
     }
 
-    /// Allocates room for `keys` keys up front, with the shard count chosen
-    /// so the tables are nearly full at that many keys (about 29.5 bytes
-    /// per GCRA key at 1M `u64` keys, against about 52 when grown on
-    /// demand).
+    /// Allocates room for `keys` keys up front, the tables nearly 7/8 full
+    /// at that many keys: filling them rehashes nothing (grown on demand, a
+    /// table is rebuilt each time it grows by an eighth), and a GCRA key
+    /// takes about 29.2 bytes at 1M `u64` keys against 30.5 grown on demand.
     /// Tables still grow past it. Default: 0, grown on demand.
     pub fn capacity(mut self, keys: usize) -> Self {
         self.capacity = keys;
@@ -528,9 +529,9 @@ impl<K: Hash + Eq, C: Clock> Limiter<K, C> {
     /// initial state for the idle grace. Locks one shard, briefly; never the
     /// whole limiter. Returns how many keys it removed.
     ///
-    /// New keys already sweep a few buckets each once their shard is 3/4
-    /// full, which bounds memory while keys churn; call this (for example
-    /// from a timer) to give memory back when no new keys come.
+    /// A table about to grow sweeps first, which bounds memory while keys
+    /// churn; call this (for example from a timer) to give memory back
+    /// when no new keys come.
     pub fn sweep_step(&self, budget: usize) -> usize {
         let shard = self.sweep_next.fetch_add(1, Ordering::Relaxed);
         with_keyed!(&self.table, t => t.sweep_shard(shard, budget, &self.clock, &self.bounds).0)

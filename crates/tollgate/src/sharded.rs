@@ -10,9 +10,7 @@ use std::hash::{BuildHasher, Hash};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use crate::shard_lock::{ShardLock, WriteGuard};
-use hashbrown::HashTable;
-
-use crate::huge::HugePages;
+use crate::table::{home, Table};
 
 /// Keys and their values, in shards chosen by key hash.
 pub(crate) struct ShardedMap<K, V> {
@@ -35,49 +33,47 @@ struct Locked<K, V> {
     shard: ShardLock<Shard<K, V>>,
 }
 
-/// Where a shard's table keeps a key's control bytes and slot, so both can
+/// Where a shard's table keeps a key's control byte and slot, so both can
 /// be fetched from memory at once, before the lock is even taken.
 ///
 /// In a large table a lookup makes two dependent cache misses: the control
-/// bytes of the key's bucket group, then the slot they point to. Nearly
+/// bytes of the key's home bucket, then the slot they point to. Nearly
 /// every key sits in or next to its home bucket, whose addresses follow
-/// from the hash alone, so prefetching both overlaps the two misses. The
-/// addresses rely on hashbrown's layout (slots stored downwards from the
-/// control bytes, home bucket `hash & mask`); a prefetch is only a hint,
-/// so were that layout to change, lookups would stay correct, only slower.
+/// from the hash alone, so prefetching both overlaps the two misses. Read
+/// without the lock, the hint may describe a table just replaced: a
+/// prefetch is only a hint and never faults, so lookups stay correct.
 #[derive(Default)]
 struct SlotHint {
-    /// Address of the control bytes (where slot 0 ends); 0 before the
-    /// table has memory.
-    ctrl: AtomicUsize,
-    /// Buckets minus one.
-    mask: AtomicUsize,
+    /// Address of the control bytes; 0 before the table has memory.
+    tags: AtomicUsize,
+    /// Address of the slots.
+    slots: AtomicUsize,
+    /// Home buckets.
+    homes: AtomicUsize,
 }
 
 impl SlotHint {
-    /// Prefetches the home bucket of `hash`: its control bytes and slot.
+    /// Prefetches the home bucket of `hash`: its control byte and slot.
     #[inline(always)]
     fn prefetch<T>(&self, hash: u64) {
-        let ctrl = self.ctrl.load(Ordering::Relaxed);
-        if ctrl == 0 {
+        let tags = self.tags.load(Ordering::Relaxed);
+        if tags == 0 {
             return;
         }
-        let home = hash as usize & self.mask.load(Ordering::Relaxed);
-        prefetch(ctrl.wrapping_add(home));
-        prefetch(ctrl.wrapping_sub((home + 1).wrapping_mul(std::mem::size_of::<T>())));
+        let at = home(hash, self.homes.load(Ordering::Relaxed));
+        prefetch(tags.wrapping_add(at));
+        let slots = self.slots.load(Ordering::Relaxed);
+        prefetch(slots.wrapping_add(at.wrapping_mul(std::mem::size_of::<T>())));
     }
 
-    /// Whether the hint does not describe a table of `buckets` buckets.
-    fn is_stale(&self, buckets: usize) -> bool {
-        self.ctrl.load(Ordering::Relaxed) == 0
-            || self.mask.load(Ordering::Relaxed) != buckets.wrapping_sub(1)
-    }
-
-    /// Records where the table is, from a slot's address and index.
-    fn update<T>(&self, slot: &T, index: usize, buckets: usize) {
-        let ctrl = slot as *const T as usize + (index + 1) * std::mem::size_of::<T>();
-        self.ctrl.store(ctrl, Ordering::Relaxed);
-        self.mask.store(buckets - 1, Ordering::Relaxed);
+    /// Records where `table` is, if it moved.
+    fn update<T>(&self, table: &Table<T>) {
+        let (tags, slots) = table.addresses();
+        if self.tags.load(Ordering::Relaxed) != tags {
+            self.tags.store(tags, Ordering::Relaxed);
+            self.slots.store(slots, Ordering::Relaxed);
+            self.homes.store(table.homes(), Ordering::Relaxed);
+        }
     }
 }
 
@@ -97,9 +93,11 @@ fn prefetch(address: usize) {
 
 /// One shard: its table and where its incremental sweep stands.
 pub(crate) struct Shard<K, V> {
-    pub(crate) table: HashTable<(K, V), HugePages>,
+    pub(crate) table: Table<(K, V)>,
     /// The next bucket the sweep will look at.
     cursor: usize,
+    /// The map's hasher: removing a key moves others, which rehashes them.
+    hasher: foldhash::fast::RandomState,
 }
 
 /// A key's hash and shard, before any lock is taken.
@@ -180,23 +178,48 @@ impl<K, V> Located<'_, K, V> {
             .find_mut(self.hash, |(k, _)| k.borrow() == key)
             .map(|(_, v)| v)
     }
+
+    /// Removes `key` from the located shard; its value if it was there.
+    pub(crate) fn remove<Q>(&mut self, key: &Q) -> Option<V>
+    where
+        K: Borrow<Q> + Hash,
+        Q: Eq + ?Sized,
+    {
+        let index = self
+            .shard
+            .table
+            .find_index(self.hash, |(k, _)| k.borrow() == key)?;
+        Some(self.shard.remove(index).1)
+    }
 }
 
 impl<K: Hash + Eq, V> ShardedMap<K, V> {
     /// An empty map laid out as `sizing` says.
     pub(crate) fn new(sizing: Sizing) -> Self {
+        let hasher = foldhash::fast::RandomState::default();
+        let count = sizing.shards.max(1);
         ShardedMap {
-            shards: (0..sizing.shards.max(1))
-                .map(|_| Locked {
-                    hint: SlotHint::default(),
-                    shared_reads: AtomicBool::new(false),
-                    shard: ShardLock::new(Shard {
-                        table: HashTable::with_capacity_in(sizing.per_shard, HugePages),
-                        cursor: 0,
-                    }),
+            shards: (0..count)
+                .map(|index| {
+                    // Shards hold about as many keys each: with sizes a
+                    // different fraction of a growth step along, they do not
+                    // all stand just past a growth at once.
+                    let phase = index as f64 / count as f64;
+                    let table = Table::with_capacity(sizing.per_shard, phase);
+                    let hint = SlotHint::default();
+                    hint.update(&table);
+                    Locked {
+                        hint,
+                        shared_reads: AtomicBool::new(false),
+                        shard: ShardLock::new(Shard {
+                            table,
+                            cursor: 0,
+                            hasher: hasher.clone(),
+                        }),
+                    }
                 })
                 .collect(),
-            hasher: foldhash::fast::RandomState::default(),
+            hasher,
         }
     }
 
@@ -234,15 +257,8 @@ impl<K: Hash + Eq, V> ShardedMap<K, V> {
     pub(crate) fn insert(&self, located: &mut Located<'_, K, V>, key: K, value: V) {
         let hasher = &self.hasher;
         let table = &mut located.shard.table;
-        let entry = table.insert_unique(located.hash, (key, value), |(k, _)| hasher.hash_one(k));
-        let index = entry.bucket_index();
-        // Only a growth moves the table (or the first key shows where it is).
-        let buckets = table.num_buckets();
-        if located.hint.is_stale(buckets) {
-            if let Some(slot) = table.get_bucket(index) {
-                located.hint.update(slot, index, buckets);
-            }
-        }
+        table.insert(located.hash, (key, value), &|(k, _)| hasher.hash_one(k));
+        located.hint.update(table);
     }
 
     /// Decides denials under the shared lock in every shard from now on,
@@ -291,65 +307,60 @@ impl Sizing {
         }
     }
 
-    /// Between `min_shards` and twice that many shards, holding `keys` keys
-    /// in the fewest buckets. A table's bucket count is a power of two and
-    /// it grows when 7/8 full, so a key count between two powers of two
-    /// leaves tables half empty; choosing the shard count (any number, not
-    /// only a power of two) to fit the keys keeps them nearly 7/8 full
-    /// instead. 2% of each table is kept spare for keys spreading unevenly
-    /// over the shards.
-    pub(crate) fn for_keys(keys: usize, min_shards: usize) -> Self {
-        let min_shards = min_shards.clamp(1, MAX_SHARDS / 2);
-        (min_shards..2 * min_shards)
-            .map(|shards| {
-                let per_shard = keys.div_ceil(shards);
-                let needed = per_shard + per_shard / 49;
-                // hashbrown's rule: room for 7/8 of the buckets (all of
-                // them below 8).
-                let buckets = (needed.saturating_mul(8) / 7).max(1).next_power_of_two();
-                let room = if buckets < 8 {
-                    buckets - 1
-                } else {
-                    buckets / 8 * 7
-                };
-                (
-                    shards.saturating_mul(buckets),
-                    Sizing {
-                        shards,
-                        per_shard: room.max(needed),
-                    },
-                )
-            })
-            .min_by_key(|(buckets, _)| *buckets)
-            .map_or(Sizing::growing(min_shards), |(_, sizing)| sizing)
+    /// `shards` shards (at least one) whose tables are allocated for `keys`
+    /// keys between them, with 2% spare for keys spreading unevenly.
+    pub(crate) fn for_keys(keys: usize, shards: usize) -> Self {
+        let shards = shards.clamp(1, MAX_SHARDS);
+        let per_shard = keys.div_ceil(shards);
+        Sizing {
+            shards,
+            per_shard: per_shard.saturating_add(per_shard / 49),
+        }
     }
 }
 
-impl<K, V> Shard<K, V> {
+impl<K: Hash, V> Shard<K, V> {
+    /// Removes the entry in full bucket `index` (the entries after it may
+    /// move back).
+    pub(crate) fn remove(&mut self, index: usize) -> (K, V) {
+        let hasher = &self.hasher;
+        self.table.remove(index, &|(k, _)| hasher.hash_one(k))
+    }
+
     /// Looks at the next `budget` buckets from the sweep cursor and removes
-    /// the entries `expired` says are done with. Returns how many it removed.
-    pub(crate) fn sweep(&mut self, budget: usize, mut expired: impl FnMut(&V) -> bool) -> usize {
-        let buckets = self.table.num_buckets();
+    /// the entries `expired` says are done with, stopping early once it
+    /// removed `max_removed`. Returns how many it removed.
+    /// A removal moves the next entries back, into the bucket just looked
+    /// at: that bucket is looked at again, so one pass of as many buckets as
+    /// the table has sees every entry.
+    pub(crate) fn sweep(
+        &mut self,
+        budget: usize,
+        max_removed: usize,
+        mut expired: impl FnMut(&V) -> bool,
+    ) -> usize {
+        let buckets = self.table.buckets();
         if self.table.is_empty() {
             return 0;
         }
         let mut removed = 0;
-        for _ in 0..budget.min(buckets) {
-            let index = self.cursor;
-            self.cursor = (self.cursor + 1) % buckets;
-            if let Ok(entry) = self.table.get_bucket_entry(index) {
-                if expired(&entry.get().1) {
-                    entry.remove();
-                    removed += 1;
-                }
+        let mut looked = 0;
+        while looked < budget.min(buckets) && removed < max_removed {
+            let index = self.cursor % buckets;
+            if self.table.get(index).is_some_and(|(_, v)| expired(v)) {
+                self.remove(index);
+                removed += 1;
+                continue;
             }
+            self.cursor = (index + 1) % buckets;
+            looked += 1;
         }
         removed
     }
 
     /// Buckets in this shard's table (occupied or not).
     pub(crate) fn buckets(&self) -> usize {
-        self.table.num_buckets()
+        self.table.buckets()
     }
 }
 
@@ -358,16 +369,29 @@ mod tests {
     use super::*;
 
     #[test]
-    fn sizing_for_a_million_keys_fills_tables_to_about_seven_eighths() {
-        let sizing = Sizing::for_keys(1_000_000, 8);
-        // Power-of-two growth takes 2^21 buckets; 9 shards of 2^17 do.
-        assert_eq!(
-            sizing,
-            Sizing {
-                shards: 9,
-                per_shard: 114_688
-            }
-        );
+    fn a_million_keys_grown_on_demand_fill_tables_to_over_three_quarters() {
+        let map: ShardedMap<u64, ()> = ShardedMap::new(Sizing::growing(8));
+        for key in 0..1_000_000u64 {
+            let mut located = map.locate(&key);
+            map.insert(&mut located, key, ());
+        }
+        let buckets: usize = (0..8).map(|i| map.lock_shard(i).buckets()).sum();
+        let fill = 1e6 / buckets as f64;
+        assert!(fill > 0.78, "{fill}");
+    }
+
+    #[test]
+    fn sweeping_one_pass_sees_every_key() {
+        let map: ShardedMap<u64, u64> = ShardedMap::new(Sizing::growing(1));
+        for key in 0..10_000u64 {
+            let mut located = map.locate(&key);
+            map.insert(&mut located, key, key % 3);
+        }
+        let mut shard = map.lock_shard(0);
+        let buckets = shard.buckets();
+        // Removing moves keys back into buckets already looked at.
+        assert_eq!(shard.sweep(buckets, usize::MAX, |v| *v != 0), 6_666);
+        assert_eq!(shard.table.len(), 3_334);
     }
 
     #[test]
@@ -375,7 +399,7 @@ mod tests {
         for keys in [0, 1, 100, 12_345, 10_000_000] {
             for min in [1, 8, 64] {
                 let sizing = Sizing::for_keys(keys, min);
-                assert!((min..2 * min).contains(&sizing.shards), "{keys} {min}");
+                assert_eq!(sizing.shards, min, "{keys} {min}");
                 assert!(sizing.shards * sizing.per_shard >= keys, "{keys} {min}");
             }
         }

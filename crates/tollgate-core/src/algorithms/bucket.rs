@@ -15,7 +15,21 @@ const MAX_DEBT: u128 = 1 << 120;
 #[inline(always)]
 pub(crate) fn decide(quota: &Quota, debt: u128, cost: u64) -> (Decision, u128) {
     let capacity = quota.burst_ticks();
-    let report = |allowed, debt_after: u128, retry_after| Decision {
+    // One place builds the decision, so it is inlined into the caller with
+    // the rest (three calls to a `report` closure were kept out of line,
+    // a call and a stack round trip of the decision per check).
+    let (allowed, debt_after, retry_after) = if cost > quota.burst() {
+        (false, debt, RetryAfter::Never)
+    } else {
+        let after = debt + quota.cost_ticks(cost);
+        if after <= capacity || cost == 0 {
+            (true, after, RetryAfter::Now)
+        } else {
+            let wait = RetryAfter::After(quota.ns_ceil(after - capacity));
+            (false, debt, wait)
+        }
+    };
+    let decision = Decision {
         allowed,
         limit: quota.burst(),
         remaining: quota.units_floor(capacity.saturating_sub(debt_after)),
@@ -23,16 +37,7 @@ pub(crate) fn decide(quota: &Quota, debt: u128, cost: u64) -> (Decision, u128) {
         reset_after: quota.ns_ceil(debt_after),
         delay: 0,
     };
-    if cost > quota.burst() {
-        return (report(false, debt, RetryAfter::Never), debt);
-    }
-    let after = debt + quota.cost_ticks(cost);
-    if after <= capacity || cost == 0 {
-        (report(true, after, RetryAfter::Now), after)
-    } else {
-        let wait = RetryAfter::After(quota.ns_ceil(after - capacity));
-        (report(false, debt, wait), debt)
-    }
+    (decision, debt_after)
 }
 
 /// `debt` after giving back `cost`: never below 0, the debt of a full bucket.
