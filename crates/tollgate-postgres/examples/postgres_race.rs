@@ -7,7 +7,7 @@
 //! all go through. tollgate's fixed window decides and charges in one
 //! statement under the row lock.
 //!
-//! `cargo run -p tollgate-postgres --example race [-- postgres://USER@HOST/DB]`
+//! `cargo run -p tollgate-postgres --example postgres_race [-- postgres://USER@HOST/DB]`
 //! (without a URL it starts its own PostgreSQL on a free port).
 
 use std::sync::Arc;

@@ -6,7 +6,7 @@
 //! read the same count and both go through. tollgate's fixed window decides
 //! and charges in one Redis Function call.
 //!
-//! `cargo run -p tollgate-redis --example race [-- redis://HOST:PORT]`
+//! `cargo run -p tollgate-redis --example redis_race [-- redis://HOST:PORT]`
 //! (without a URL it starts its own `redis-server` on a free port).
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
