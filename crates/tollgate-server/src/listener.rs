@@ -203,6 +203,20 @@ fn too_large() -> Response<axum::body::Body> {
         .expect("a static response is valid")
 }
 
+/// The next connection. A failed accept (out of file descriptors and the
+/// like) pauses the loop rather than spin it.
+pub(crate) async fn accept(listener: &TcpListener) -> (TcpStream, SocketAddr) {
+    loop {
+        match listener.accept().await {
+            Ok(pair) => return pair,
+            Err(e) => {
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
 /// Serves `router` on `listener` within `limits` until `shutdown` turns
 /// true, then drains.
 pub async fn serve(
@@ -213,18 +227,9 @@ pub async fn serve(
 ) {
     let permits = Arc::new(Semaphore::new(limits.max_connections));
     loop {
-        let accepted = tokio::select! {
+        let (stream, peer) = tokio::select! {
             _ = stopped(&mut shutdown) => break,
-            accepted = listener.accept() => accepted,
-        };
-        let (stream, peer) = match accepted {
-            Ok(pair) => pair,
-            Err(e) => {
-                // Out of file descriptors and the like: pause, don't spin.
-                tracing::warn!(error = %e, "accept failed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
+            accepted = accept(&listener) => accepted,
         };
         let Ok(permit) = Arc::clone(&permits).try_acquire_owned() else {
             metrics::refused("too_many_connections");

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tower::util::BoxCloneService;
 
 use crate::config::{Config, ConfigError};
 use crate::engine::Engine;
@@ -112,7 +113,7 @@ pub async fn start(options: ServeOptions) -> Result<Running, ServeError> {
         let service = grpc::RlsService::server(Arc::clone(&engine));
         tasks.push(tokio::spawn(listener::grpc::serve(
             listener,
-            service,
+            BoxCloneService::new(service),
             options.limits,
             stopping.clone(),
         )));

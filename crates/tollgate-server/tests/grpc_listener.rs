@@ -137,10 +137,7 @@ async fn a_connection_over_the_bound_gets_a_goaway_and_is_counted() {
 
 #[tokio::test]
 async fn clients_without_a_whole_request_are_closed_after_the_header_bound_and_counted() {
-    let server = start(|l| {
-        l.header_timeout = Duration::from_millis(300);
-    })
-    .await;
+    let server = start(|l| l.header_timeout = Duration::from_millis(300)).await;
     let before = refused("header_timeout");
     // Nothing at all, half the preface, and the preface without a request.
     let mut silent = connect(&server).await;
@@ -219,10 +216,7 @@ async fn call(sender: &mut h2::client::SendRequest<Bytes>, user: &str) -> RateLi
 
 #[tokio::test]
 async fn a_connection_without_a_stream_is_closed_after_the_idle_bound_and_counted() {
-    let server = start(|l| {
-        l.idle_timeout = Duration::from_millis(300);
-    })
-    .await;
+    let server = start(|l| l.idle_timeout = Duration::from_millis(300)).await;
     let before = refused("idle");
     let (mut sender, connection) = h2_client(&server).await;
     let connection = tokio::spawn(connection);

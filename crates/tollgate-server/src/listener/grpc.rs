@@ -26,7 +26,6 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use http::{Request, Response};
 use hyper::body::Incoming;
 use hyper::server::conn::http2;
@@ -36,10 +35,11 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
+use tower::util::BoxCloneService;
 use tower::ServiceExt;
 
 use super::clock::{Clock, Expired, Finished};
-use super::{stopped, ListenerLimits, Tracked};
+use super::{accept, stopped, ListenerLimits, Tracked};
 use crate::metrics;
 
 /// Interval of HTTP/2 pings on a connection that receives nothing: Envoy
@@ -90,22 +90,18 @@ async fn refuse(mut stream: TcpStream) {
     .await;
 }
 
-/// Serves `service` (a tonic server) over HTTP/2 on `listener` within
-/// `limits` until `shutdown` turns true, then drains.
-pub async fn serve<S, B>(
+/// What the listener serves: a tonic server, boxed (as tonic's own server
+/// boxes it).
+pub type GrpcService = BoxCloneService<Request<Incoming>, Response<tonic::body::Body>, Infallible>;
+
+/// Serves `service` over HTTP/2 on `listener` within `limits` until
+/// `shutdown` turns true, then drains.
+pub async fn serve(
     listener: TcpListener,
-    service: S,
+    service: GrpcService,
     limits: ListenerLimits,
     mut shutdown: watch::Receiver<bool>,
-) where
-    S: tower::Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
-        + Clone
-        + Send
-        + 'static,
-    S::Future: Send + 'static,
-    B: http_body::Body<Data = Bytes> + Unpin + Send + 'static,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
+) {
     let mut builder = http2::Builder::new(TokioExecutor::new());
     builder
         .timer(TokioTimer::new())
@@ -118,19 +114,10 @@ pub async fn serve<S, B>(
     // Owning the connections' tasks lets the drain bound close them.
     let mut connections = JoinSet::new();
     loop {
-        let accepted = tokio::select! {
+        let (stream, _) = tokio::select! {
             _ = stopped(&mut shutdown) => break,
             Some(_) = connections.join_next() => continue,
-            accepted = listener.accept() => accepted,
-        };
-        let stream = match accepted {
-            Ok((stream, _)) => stream,
-            Err(e) => {
-                // Out of file descriptors and the like: pause, don't spin.
-                tracing::warn!(error = %e, "gRPC accept failed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
+            accepted = accept(&listener) => accepted,
         };
         let Ok(permit) = Arc::clone(&permits).try_acquire_owned() else {
             metrics::refused("too_many_connections");
@@ -159,22 +146,14 @@ pub async fn serve<S, B>(
 
 /// Serves one connection until the client closes it, a bound expires, or
 /// shutdown drains it.
-async fn connection<S, B>(
+async fn connection(
     stream: TcpStream,
     builder: Arc<http2::Builder<TokioExecutor>>,
-    service: S,
+    service: GrpcService,
     limits: ListenerLimits,
     mut shutdown: watch::Receiver<bool>,
     _permit: OwnedSemaphorePermit,
-) where
-    S: tower::Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
-        + Clone
-        + Send
-        + 'static,
-    S::Future: Send + 'static,
-    B: http_body::Body<Data = Bytes> + Unpin + Send + 'static,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
+) {
     // Small answers go out at once rather than wait for an ACK (Nagle).
     let _ = stream.set_nodelay(true);
     let accepted = Instant::now();
