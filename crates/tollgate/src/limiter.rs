@@ -24,7 +24,7 @@ use crate::{Clock, Limit, MonotonicClock, Policy, Quota, QuotaError};
 ///
 /// Every decision is made by the exact core ([`tollgate_core`]), so a
 /// `Limiter` answers exactly like `tollgate replay` on the same request times.
-/// Keys live in a sharded hash map (four shards per CPU, each behind its own
+/// Keys live in a sharded hash map (32 shards per CPU up to 1,024, each behind its own
 /// readers-writer lock); a charge reads the clock after locking the key's
 /// shard, so each key sees its times in order. When threads queue for a
 /// shard while being refused (a hot key under attack), its denials are
@@ -259,7 +259,7 @@ impl<K: Hash + Eq, C: Clock> LimiterBuilder<K, C> {
     }
 
     /// Splits the keys into `shards` independently locked parts (1 to
-    /// 65,536). Default: four per CPU.
+    /// 65,536). Default: 32 per CPU, at most 1,024.
     pub fn shards(mut self, shards: usize) -> Self {
         self.shards = shards;
         self

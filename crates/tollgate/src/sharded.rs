@@ -281,11 +281,22 @@ impl<K: Hash + Eq, V> ShardedMap<K, V> {
     }
 }
 
-/// Four shards per CPU, so two threads rarely meet on one lock.
+/// 32 shards per CPU, so two threads rarely meet on one lock. A thread
+/// that finds its shard held spins and then yields its time slice, which
+/// costs microseconds: with 8 shards on 2 CPUs (four per CPU), one check in
+/// eight met the other thread's shard, and the yields made the two-thread
+/// checks cost as much as governor's (see `docs/PERFORMANCE.md`). A shard
+/// costs a few hundred bytes, and its table's smallest size (about 400
+/// bytes) once it holds a key: nothing per key at large key counts, and at
+/// most [`MAX_DEFAULT_SHARDS`] of them, so a limiter of a few keys on a
+/// large machine stays small.
 pub(crate) fn default_shards() -> usize {
     let cpus = std::thread::available_parallelism().map_or(4, |n| n.get());
-    (cpus * 4).next_power_of_two()
+    (cpus * 32).next_power_of_two().min(MAX_DEFAULT_SHARDS)
 }
+
+/// The most shards [`default_shards`] gives (32 CPUs' worth).
+const MAX_DEFAULT_SHARDS: usize = 1024;
 
 /// The most shards a map is split into.
 const MAX_SHARDS: usize = 1 << 16;

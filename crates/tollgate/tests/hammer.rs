@@ -52,6 +52,41 @@ fn eight_threads_on_one_key_admit_exactly_the_capacity() {
 }
 
 #[test]
+fn threads_spread_over_many_keys_admit_exactly_the_burst_of_each() {
+    // The clock never moves, so each key admits its burst and no more,
+    // however the threads' checks interleave on shards and keys: the total
+    // is keys × burst exactly (a lost or doubled charge would show). Two
+    // shards make threads meet on one lock; the default spreads them.
+    const KEYS: u64 = 300;
+    let quota = Quota::per_minute(100).unwrap().with_burst(7).unwrap();
+    for shards in [2, 64] {
+        let limiter: Limiter<u64, FakeClock> = Limiter::builder(Limit::new(Algorithm::Gcra, quota))
+            .clock(FakeClock::at(42))
+            .shards(shards)
+            .build();
+        let admitted = AtomicU64::new(0);
+        std::thread::scope(|s| {
+            for t in 0..4u64 {
+                let (admitted, limiter) = (&admitted, &limiter);
+                s.spawn(move || {
+                    for i in 0..20 * KEYS {
+                        // Each thread walks the keys in its own order.
+                        let key = (i * (2 * t + 1) + t * 97) % KEYS;
+                        if limiter.check(&key).allowed {
+                            admitted.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                });
+            }
+        });
+        assert_eq!(admitted.into_inner(), KEYS * 7, "{shards} shards");
+        for key in 0..KEYS {
+            assert!(!limiter.check(&key).allowed, "{shards} shards, key {key}");
+        }
+    }
+}
+
+#[test]
 fn several_limits_are_charged_together_or_not_at_all() {
     // Two limits of equal capacity: if every admitted request was charged on
     // both and no denied one on either, the key has exactly 60 - admitted
