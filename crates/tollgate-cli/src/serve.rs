@@ -107,10 +107,12 @@ pub struct Args {
     /// Do not reload the file when it changes (SIGHUP still reloads).
     #[arg(long, env = "TOLLGATE_NO_WATCH")]
     no_watch: bool,
-    /// Time a client has to send a request's headers, from their first byte (then 408).
+    /// Time a client has to send a request's headers, from their first byte (then 408);
+    /// on gRPC, from the accept to its first request (then GOAWAY).
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_timeout, env = "TOLLGATE_HEADER_TIMEOUT")]
     header_timeout: u64,
-    /// Time a keep-alive connection may wait for its next request (then closed quietly).
+    /// Time a keep-alive connection may wait for its next request (then closed quietly;
+    /// on gRPC, a connection without a stream, closed with a GOAWAY).
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_timeout, env = "TOLLGATE_IDLE_TIMEOUT")]
     idle_timeout: u64,
     /// Deadline of one store call (the library's default); past it, the limit's
@@ -131,7 +133,7 @@ pub struct Args {
     /// Largest request body, in bytes (larger: 413); unbounded when unset.
     #[arg(long, value_name = "BYTES", env = "TOLLGATE_MAX_BODY_BYTES")]
     max_body_bytes: Option<u64>,
-    /// Most connections open at once per listener (more: 503).
+    /// Most connections open at once per listener (more: 503; on gRPC, a GOAWAY).
     #[arg(
         long,
         value_name = "N",
@@ -139,6 +141,10 @@ pub struct Args {
         env = "TOLLGATE_MAX_CONNECTIONS"
     )]
     max_connections: usize,
+    /// Most gRPC calls at once on one HTTP/2 connection (its SETTINGS_MAX_CONCURRENT_STREAMS;
+    /// clients queue or open another connection beyond it).
+    #[arg(long, value_name = "N", default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..), env = "TOLLGATE_MAX_CONCURRENT_STREAMS")]
+    max_concurrent_streams: u32,
     /// How long shutdown waits for requests in flight.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration, env = "TOLLGATE_DRAIN_TIMEOUT")]
     drain_timeout: u64,
@@ -176,6 +182,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             max_headers: args.max_headers,
             max_body_bytes: args.max_body_bytes,
             max_connections: args.max_connections,
+            max_concurrent_streams: args.max_concurrent_streams,
             drain: Duration::from_nanos(args.drain_timeout),
         },
         proxy: args.upstream.map(|upstream| ProxyOptions {

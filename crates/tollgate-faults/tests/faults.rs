@@ -19,8 +19,10 @@ use tollgate_redis::harness::{skip_requested, RedisCluster, RedisServer};
 use tollgate_redis::{RedisBackend, RedisConfig};
 
 const DEADLINE: Duration = Duration::from_millis(50);
-/// What a call may take beyond its deadline on a busy shared machine.
-const MARGIN: Duration = Duration::from_millis(250);
+/// What a call may take beyond its deadline on a busy shared machine (CI
+/// runs every test binary at once on two cores); the faults the deadlines
+/// cut short last far longer than deadline + margin.
+const MARGIN: Duration = Duration::from_millis(750);
 
 fn server() -> Option<RedisServer> {
     if skip_requested() {
@@ -210,7 +212,8 @@ async fn latency_below_the_deadline_passes_and_above_it_fails_fast_and_typed() {
     for _ in 0..20 {
         assert!(layer.check("k", &policy, 1).await.unwrap().allowed);
     }
-    proxy.set(Fault::Delay(Duration::from_millis(400)));
+    // Longer than the deadline plus the margin, so waiting it out would fail.
+    proxy.set(Fault::Delay(Duration::from_secs(2)));
     for _ in 0..5 {
         let e = timed(deadline, layer.check("k", &policy, 1))
             .await
@@ -231,7 +234,7 @@ async fn latency_below_the_deadline_passes_and_above_it_fails_fast_and_typed() {
     // Late replies of the timed-out calls drain first.
     let back = Instant::now();
     while layer.check("k", &policy, 1).await.is_err() {
-        assert!(back.elapsed() < Duration::from_secs(5), "never recovered");
+        assert!(back.elapsed() < Duration::from_secs(10), "never recovered");
     }
     for _ in 0..20 {
         assert!(layer.check("k", &policy, 1).await.unwrap().allowed);

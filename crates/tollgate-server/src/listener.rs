@@ -17,8 +17,12 @@
 //!
 //! On shutdown the listener stops accepting, lets the requests in flight
 //! finish (idle connections close at once) and gives up after `drain`.
+//!
+//! The gRPC listener, over HTTP/2, has the same limits where HTTP/2 allows
+//! them: see [`grpc`].
 
 mod clock;
+pub mod grpc;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -60,6 +64,9 @@ pub struct ListenerLimits {
     pub max_body_bytes: Option<u64>,
     /// Connections open at once.
     pub max_connections: usize,
+    /// HTTP/2 streams open at once on one connection of the gRPC listener
+    /// (its `SETTINGS_MAX_CONCURRENT_STREAMS`; at least 1).
+    pub max_concurrent_streams: u32,
     /// How long shutdown waits for requests in flight.
     pub drain: Duration,
 }
@@ -76,6 +83,10 @@ impl Default for ListenerLimits {
             max_headers: 64,
             max_body_bytes: None,
             max_connections: 4096,
+            // hyper's default, between nginx's 128 and Go's 250 (Envoy and
+            // gRPC's own servers set none); Envoy opens another connection
+            // when its streams reach it.
+            max_concurrent_streams: 200,
             drain: Duration::from_secs(10),
         }
     }
@@ -136,19 +147,19 @@ impl AsyncWrite for Watched {
 
 /// A response body that marks its request finished when hyper drops it,
 /// which it does once the body is written to its end.
-struct Tracked {
-    inner: Body,
+struct Tracked<B = Body> {
+    inner: B,
     _finished: Finished,
 }
 
-impl http_body::Body for Tracked {
+impl<B: http_body::Body<Data = Bytes> + Unpin> http_body::Body for Tracked<B> {
     type Data = Bytes;
-    type Error = axum::Error;
+    type Error = B::Error;
 
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<http_body::Frame<Bytes>, axum::Error>>> {
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, B::Error>>> {
         Pin::new(&mut self.get_mut().inner).poll_frame(cx)
     }
 
@@ -191,6 +202,20 @@ fn too_large() -> Response<Body> {
         .expect("a static response is valid")
 }
 
+/// The next connection. A failed accept (out of file descriptors and the
+/// like) pauses the loop rather than spin it.
+pub(crate) async fn accept(listener: &TcpListener) -> (TcpStream, SocketAddr) {
+    loop {
+        match listener.accept().await {
+            Ok(pair) => return pair,
+            Err(e) => {
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
 /// What a listener serves: an axum `Router`, or any service of the same
 /// shape (the reverse proxy's).
 pub trait HttpService:
@@ -223,18 +248,9 @@ pub async fn serve<S: HttpService>(
 ) {
     let permits = Arc::new(Semaphore::new(limits.max_connections));
     loop {
-        let accepted = tokio::select! {
+        let (stream, peer) = tokio::select! {
             _ = stopped(&mut shutdown) => break,
-            accepted = listener.accept() => accepted,
-        };
-        let (stream, peer) = match accepted {
-            Ok(pair) => pair,
-            Err(e) => {
-                // Out of file descriptors and the like: pause, don't spin.
-                tracing::warn!(error = %e, "accept failed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
+            accepted = accept(&listener) => accepted,
         };
         let Ok(permit) = Arc::clone(&permits).try_acquire_owned() else {
             metrics::refused("too_many_connections");

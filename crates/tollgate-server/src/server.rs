@@ -8,18 +8,14 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tokio_stream::wrappers::TcpListenerStream;
-use tokio_stream::StreamExt;
+use tower::util::BoxCloneService;
 
 use crate::config::{Config, ConfigError};
 use crate::engine::Engine;
-use crate::listener::{self, stopped, ListenerLimits};
+use crate::listener::{self, ListenerLimits};
 use crate::proxy::{Proxy, ProxyError};
 use crate::store::{self, AnyBackend, StoreError};
 use crate::{api, grpc, metrics, reload};
-
-/// Interval of HTTP/2 pings on an idle gRPC connection.
-const GRPC_KEEPALIVE: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// What to serve, and where.
 #[derive(Clone, Debug)]
@@ -38,7 +34,7 @@ pub struct ServeOptions {
     pub grpc: Option<SocketAddr>,
     /// The HTTP JSON API, health and metrics; `None` to not serve it.
     pub http: Option<SocketAddr>,
-    /// The bounds of every HTTP listener.
+    /// The bounds of every listener (gRPC's too, see [`listener::grpc`]).
     pub limits: ListenerLimits,
     /// Reverse proxy mode, if wanted.
     pub proxy: Option<ProxyOptions>,
@@ -115,30 +111,12 @@ pub async fn start(options: ServeOptions) -> Result<Running, ServeError> {
         let listener = bind(addr).await?;
         running_grpc = listener.local_addr().ok();
         let service = grpc::RlsService::server(Arc::clone(&engine));
-        let mut stopping = stopping.clone();
-        // tonic sets TCP_NODELAY only on the listeners it binds itself.
-        let incoming = TcpListenerStream::new(listener).map(|conn| {
-            if let Ok(stream) = &conn {
-                let _ = stream.set_nodelay(true);
-            }
-            conn
-        });
-        let max_header_list = u32::try_from(options.limits.max_header_bytes).unwrap_or(u32::MAX);
-        tasks.push(tokio::spawn(async move {
-            let served = tonic::transport::Server::builder()
-                // The HTTP listeners' header bound, for HTTP/2 header lists.
-                .http2_max_header_list_size(max_header_list)
-                // Envoy keeps its connection for hours: pings find a peer
-                // that went away without closing it.
-                .http2_keepalive_interval(Some(GRPC_KEEPALIVE))
-                .http2_keepalive_timeout(Some(GRPC_KEEPALIVE / 3))
-                .add_service(service)
-                .serve_with_incoming_shutdown(incoming, async move { stopped(&mut stopping).await })
-                .await;
-            if let Err(e) = served {
-                tracing::error!(error = %e, "gRPC server failed");
-            }
-        }));
+        tasks.push(tokio::spawn(listener::grpc::serve(
+            listener,
+            BoxCloneService::new(service),
+            options.limits,
+            stopping.clone(),
+        )));
     }
     let mut running_http = None;
     if let Some(addr) = options.http {

@@ -268,7 +268,9 @@ fn bars<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, panel: &Panel) -> Dra
         .margin(12)
         .x_label_area_size(48)
         .y_label_area_size(210)
-        .build_cartesian_2d(0.0..top, (0u32..n).into_segmented())?;
+        // A discrete range includes its end: `0..n - 1` is the n bars, with no
+        // empty row above them.
+        .build_cartesian_2d(0.0..top, (0u32..n.saturating_sub(1)).into_segmented())?;
     let labels: Vec<&str> = bars.iter().map(|b| b.0.as_str()).collect();
     // Bars are listed top to bottom; segment 0 is at the bottom.
     let name = |v: &SegmentValue<u32>| match v {

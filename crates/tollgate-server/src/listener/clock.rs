@@ -85,9 +85,7 @@ impl Clock {
         }
     }
 
-    /// The bound expired at `now`, or when to look again. Activity only
-    /// moves deadlines later, so sleeping until the returned instant and
-    /// asking again never misses one.
+    /// The bound expired at `now`, or the deadline of the bound that runs.
     pub(crate) fn check(&self, now: Instant) -> Result<Instant, Expired> {
         let state = self.state.lock();
         let (deadline, expired) = if state.busy > 0 {
@@ -108,9 +106,15 @@ impl Clock {
     /// Resolves with the bound that expired; never, while requests keep
     /// coming in time.
     pub(crate) async fn expired(&self) -> Expired {
+        // Activity can bring a deadline closer (a head's first byte on an
+        // idle connection: its header bound ends before the idle one), but
+        // never to less than the shorter bound after the activity: waking
+        // at least that often never misses one.
+        let step = self.header.min(self.idle);
         loop {
-            match self.check(Instant::now()) {
-                Ok(next) => tokio::time::sleep_until(next).await,
+            let now = Instant::now();
+            match self.check(now) {
+                Ok(next) => tokio::time::sleep_until(next.min(now + step)).await,
                 Err(expired) => return expired,
             }
         }
@@ -211,5 +215,35 @@ mod tests {
         let started = Instant::now();
         assert_eq!(clock.expired().await, Expired::Header);
         assert_eq!(started.elapsed(), HEADER);
+    }
+
+    /// The timer waits for the idle bound when a head starts: the header
+    /// bound, shorter, must still end on time.
+    #[tokio::test(start_paused = true)]
+    async fn a_closer_deadline_set_while_the_timer_waits_is_kept() {
+        let clock = Arc::new(Clock::new(Instant::now(), HEADER, IDLE));
+        let started = Instant::now();
+        let timer = tokio::spawn({
+            let clock = Arc::clone(&clock);
+            async move { clock.expired().await }
+        });
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        clock.read(Instant::now);
+        assert_eq!(timer.await.unwrap(), Expired::Header);
+        assert_eq!(started.elapsed(), Duration::from_secs(5) + HEADER);
+        // And an idle bound shorter than the header one, after a request
+        // that started while the header bound ran.
+        let clock = Arc::new(Clock::new(Instant::now(), IDLE, HEADER));
+        clock.read(Instant::now);
+        let started = Instant::now();
+        let timer = tokio::spawn({
+            let clock = Arc::clone(&clock);
+            async move { clock.expired().await }
+        });
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        clock.request_started();
+        clock.request_finished(Instant::now());
+        assert_eq!(timer.await.unwrap(), Expired::Idle);
+        assert_eq!(started.elapsed(), Duration::from_secs(1) + HEADER);
     }
 }
