@@ -35,6 +35,7 @@ use self::headers::{append_forwarded, remove_hop_by_hop};
 use self::pool::Pool;
 use crate::config::Config;
 use crate::engine::Engine;
+use crate::listener::HttpService;
 
 /// Why the proxy cannot start.
 #[derive(Debug, thiserror::Error)]
@@ -118,40 +119,12 @@ impl<B: Backend + Clone + 'static> Proxy<B> {
     }
 
     /// The proxy as a service, for a listener.
-    pub fn service(self: Arc<Self>) -> ProxyService<B> {
-        ProxyService(self)
-    }
-}
-
-/// `host:port` to connect to, port 80 by default.
-fn socket_addr(authority: &Authority) -> String {
-    format!(
-        "{}:{}",
-        authority.host(),
-        authority.port_u16().unwrap_or(80)
-    )
-}
-
-/// The proxy's request path, for [`listener::serve`](crate::listener::serve).
-pub struct ProxyService<B>(Arc<Proxy<B>>);
-
-impl<B> Clone for ProxyService<B> {
-    fn clone(&self) -> Self {
-        ProxyService(Arc::clone(&self.0))
-    }
-}
-
-impl<B: Backend + Clone + 'static> Service<Request<Body>> for ProxyService<B> {
-    type Response = Response<Body>;
-    type Error = Infallible;
-    type Future = Answer;
-
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
+    pub fn service(self: Arc<Self>) -> impl HttpService {
+        tower::service_fn(move |request: Request<Body>| self.answer(request))
     }
 
-    fn call(&mut self, request: Request<Body>) -> Answer {
-        match self.0.limited() {
+    fn answer(&self, request: Request<Body>) -> Answer {
+        match self.limited() {
             // `Forward` is always ready, so is the layer over it.
             Ok(mut limited) => {
                 let answer = limited.call(request);
@@ -171,6 +144,15 @@ impl<B: Backend + Clone + 'static> Service<Request<Body>> for ProxyService<B> {
             }
         }
     }
+}
+
+/// `host:port` to connect to, port 80 by default.
+fn socket_addr(authority: &Authority) -> String {
+    format!(
+        "{}:{}",
+        authority.host(),
+        authority.port_u16().unwrap_or(80)
+    )
 }
 
 impl Service<Request<Body>> for Forward {
