@@ -81,9 +81,7 @@ descriptors: []
 http:
   rules:
     - name: per-ip
-      # The burst as nginx's below: two requests of one client within the
-      # 10 ns emission interval would otherwise be refused.
-      limit: { algorithm: gcra, unit: second, requests_per_unit: 100000000, burst: 1000000 }
+      limit: { algorithm: gcra, unit: second, requests_per_unit: 100000000 }
 EOF
 serve() { # PROXY_PORT API_PORT STORE
   start "$TOLLGATE" serve --config "$OUT/proxy.yaml" --no-grpc --no-watch --log warn \
