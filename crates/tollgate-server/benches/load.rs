@@ -10,9 +10,9 @@
 //!   on NULL_PORT (none if 0) until killed, for wrk.
 //! - `cargo bench -p tollgate-server --bench load -- upstream PORT`: a tiny
 //!   HTTP/1.1 service answering `hello` to everything, the upstream of the
-//!   proxy benchmark (`benches/proxy.sh`).
+//!   proxy benchmark (`benches/serve.sh`).
 //!
-//! `benches/proxy.sh` runs them all, with nginx and wrk (docs/PERFORMANCE.md).
+//! `benches/serve.sh` runs them all, with nginx and wrk (docs/PERFORMANCE.md).
 
 use std::time::{Duration, Instant};
 

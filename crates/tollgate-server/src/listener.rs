@@ -31,8 +31,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use axum::extract::ConnectInfo;
-use axum::Router;
+use axum::body::Body;
 use bytes::Bytes;
 use http::{header, Request, Response, StatusCode};
 use http_body_util::Limited;
@@ -43,7 +42,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 use tokio::time::Instant;
 use tollgate_http::PeerAddr;
-use tower::ServiceExt;
+use tower::{Service, ServiceExt};
 
 use self::clock::{Clock, Expired, Finished};
 use crate::metrics;
@@ -148,7 +147,7 @@ impl AsyncWrite for Watched {
 
 /// A response body that marks its request finished when hyper drops it,
 /// which it does once the body is written to its end.
-struct Tracked<B = axum::body::Body> {
+struct Tracked<B = Body> {
     inner: B,
     _finished: Finished,
 }
@@ -194,12 +193,12 @@ async fn refuse(mut stream: TcpStream, status: StatusCode) {
     .await;
 }
 
-fn too_large() -> Response<axum::body::Body> {
+fn too_large() -> Response<Body> {
     metrics::refused("body_too_large");
     Response::builder()
         .status(StatusCode::PAYLOAD_TOO_LARGE)
         .header(header::CONNECTION, "close")
-        .body(axum::body::Body::empty())
+        .body(Body::empty())
         .expect("a static response is valid")
 }
 
@@ -217,11 +216,33 @@ pub(crate) async fn accept(listener: &TcpListener) -> (TcpStream, SocketAddr) {
     }
 }
 
+/// What a listener serves: an axum `Router`, or any service of the same
+/// shape (the reverse proxy's).
+pub trait HttpService:
+    Service<Request<Body>, Response = Response<Body>, Error = Infallible, Future: Send + 'static>
+    + Clone
+    + Send
+    + 'static
+{
+}
+
+impl<S> HttpService for S where
+    S: Service<
+            Request<Body>,
+            Response = Response<Body>,
+            Error = Infallible,
+            Future: Send + 'static,
+        > + Clone
+        + Send
+        + 'static
+{
+}
+
 /// Serves `router` on `listener` within `limits` until `shutdown` turns
 /// true, then drains.
-pub async fn serve(
+pub async fn serve<S: HttpService>(
     listener: TcpListener,
-    router: Router,
+    router: S,
     limits: ListenerLimits,
     mut shutdown: watch::Receiver<bool>,
 ) {
@@ -264,16 +285,15 @@ enum Ended {
 }
 
 /// Answers `request` through `router`, with the body bound.
-async fn respond(
-    router: Router,
+async fn respond<S: HttpService>(
+    router: S,
     mut req: Request<Incoming>,
     peer: SocketAddr,
     max_body_bytes: Option<u64>,
-) -> Response<axum::body::Body> {
+) -> Response<Body> {
     req.extensions_mut().insert(PeerAddr(peer));
-    req.extensions_mut().insert(ConnectInfo(peer));
     let answer = match max_body_bytes {
-        None => router.oneshot(req.map(axum::body::Body::new)).await,
+        None => router.oneshot(req.map(Body::new)).await,
         Some(max) => {
             let declared = req
                 .headers()
@@ -285,7 +305,7 @@ async fn respond(
             }
             let limit = usize::try_from(max).unwrap_or(usize::MAX);
             router
-                .oneshot(req.map(|b| axum::body::Body::new(Limited::new(b, limit))))
+                .oneshot(req.map(|b| Body::new(Limited::new(b, limit))))
                 .await
         }
     };
@@ -295,10 +315,10 @@ async fn respond(
     }
 }
 
-async fn connection(
+async fn connection<S: HttpService>(
     stream: TcpStream,
     peer: SocketAddr,
-    router: Router,
+    router: S,
     limits: ListenerLimits,
     mut shutdown: watch::Receiver<bool>,
 ) {

@@ -2,43 +2,40 @@
 //! the file's `http` section) in front of an upstream HTTP service.
 //!
 //! Bodies stream both ways (nothing is buffered: a 1 GiB upload never sits
-//! in memory); connections to the upstream are kept alive and reused;
-//! `X-Forwarded-For` and `Forwarded` get the client appended; hop-by-hop
-//! headers are removed in both directions. An unreachable upstream is a
-//! 502, one that does not answer within the timeout a 504.
+//! in memory); connections to the upstream are kept alive and reused
+//! ([`pool`]); `X-Forwarded-For` and `Forwarded` get the client appended;
+//! hop-by-hop headers are removed in both directions. An unreachable
+//! upstream is a 502, one that does not answer within the timeout a 504.
+//!
+//! The request path is a tower service over the listener's hyper
+//! connection, with no router: the layer built from the rules in force
+//! (rebuilt once per configuration change, swapped atomically) around the
+//! forwarding service.
 
-use std::net::SocketAddr;
+mod headers;
+mod pool;
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use arc_swap::ArcSwapOption;
 use axum::body::Body;
-use axum::extract::{ConnectInfo, Request, State};
-use axum::response::{IntoResponse, Response};
-use axum::Router;
-use http::header::{self, HeaderMap, HeaderName, HeaderValue};
-use http::{StatusCode, Uri};
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
+use http::header::{self, HeaderValue};
+use http::uri::Authority;
+use http::{Request, Response, StatusCode, Uri, Version};
 use tollgate::Backend;
-use tollgate_http::{BuildError, RateLimit};
-use tower::ServiceExt;
+use tollgate_http::{BuildError, PeerAddr, RateLimit, RateLimitService};
+use tower::{Layer, Service};
 
+use self::headers::{append_forwarded, remove_hop_by_hop};
+use self::pool::Pool;
 use crate::config::Config;
 use crate::engine::Engine;
-
-/// Hop-by-hop fields (RFC 9110 §7.6.1), never forwarded.
-const HOP_BY_HOP: [HeaderName; 8] = [
-    header::CONNECTION,
-    HeaderName::from_static("keep-alive"),
-    HeaderName::from_static("proxy-connection"),
-    header::PROXY_AUTHENTICATE,
-    header::PROXY_AUTHORIZATION,
-    header::TE,
-    header::TRAILER,
-    header::TRANSFER_ENCODING,
-];
+use crate::listener::HttpService;
 
 /// Why the proxy cannot start.
 #[derive(Debug, thiserror::Error)]
@@ -51,19 +48,30 @@ pub enum ProxyError {
     Rules(#[from] BuildError),
 }
 
+/// A response future of the proxy's services.
+type Answer = Pin<Box<dyn Future<Output = Result<Response<Body>, Infallible>> + Send>>;
+
+/// The service behind the rules: forwards a request to the upstream.
+#[derive(Clone)]
+struct Forward(Arc<Upstream>);
+
 struct Upstream {
-    scheme_authority: String,
-    client: Client<HttpConnector, Body>,
+    /// The `Host` of requests that came without one (HTTP/1.0).
+    host: HeaderValue,
+    pool: Arc<Pool>,
     timeout: Duration,
 }
+
+/// The layer of one configuration around the forwarding service.
+type Limited<B> = RateLimitService<Forward, B>;
 
 /// The proxy: the current rules (rebuilt when the configuration changes)
 /// over the forwarding service.
 pub struct Proxy<B> {
     engine: Arc<Engine<B>>,
-    upstream: Arc<Upstream>,
-    /// The configuration the router was built from, and the router.
-    built: ArcSwapOption<(Arc<Config>, Router)>,
+    forward: Forward,
+    /// The configuration the layer was built from, and the layer.
+    built: ArcSwapOption<(Arc<Config>, Limited<B>)>,
 }
 
 impl<B: Backend + Clone + 'static> Proxy<B> {
@@ -74,33 +82,27 @@ impl<B: Backend + Clone + 'static> Proxy<B> {
         upstream: &str,
         timeout: Duration,
     ) -> Result<Arc<Self>, ProxyError> {
-        let uri: Uri = upstream
-            .parse()
-            .map_err(|_| ProxyError::Upstream(upstream.to_string()))?;
+        let invalid = || ProxyError::Upstream(upstream.to_string());
+        let uri: Uri = upstream.parse().map_err(|_| invalid())?;
         let (Some("http"), Some(authority)) = (uri.scheme_str(), uri.authority()) else {
-            return Err(ProxyError::Upstream(upstream.to_string()));
+            return Err(invalid());
         };
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(90))
-            .build(connector);
         let proxy = Proxy {
             engine,
-            upstream: Arc::new(Upstream {
-                scheme_authority: format!("http://{authority}"),
-                client,
+            forward: Forward(Arc::new(Upstream {
+                host: HeaderValue::from_str(authority.as_str()).map_err(|_| invalid())?,
+                pool: Pool::new(socket_addr(authority)),
                 timeout,
-            }),
+            })),
             built: ArcSwapOption::empty(),
         };
         // Built now so that rules that do not build fail the start.
-        let _checked = proxy.router()?;
+        let _checked = proxy.limited()?;
         Ok(Arc::new(proxy))
     }
 
-    /// The router for the configuration in force, built once per change.
-    fn router(&self) -> Result<Router, ProxyError> {
+    /// The layer for the configuration in force, built once per change.
+    fn limited(&self) -> Result<Limited<B>, ProxyError> {
         let config = self.engine.config();
         if let Some(built) = self.built.load().as_ref() {
             if Arc::ptr_eq(&built.0, &config) {
@@ -111,105 +113,105 @@ impl<B: Backend + Clone + 'static> Proxy<B> {
         for rule in config.http_rules() {
             limit = limit.rule(rule.clone());
         }
-        let router = Router::new()
-            .fallback(forward)
-            .with_state(Arc::clone(&self.upstream))
-            .layer(limit.build()?);
-        self.built.store(Some(Arc::new((config, router.clone()))));
-        Ok(router)
+        let limited = limit.build()?.layer(self.forward.clone());
+        self.built.store(Some(Arc::new((config, limited.clone()))));
+        Ok(limited)
     }
 
-    /// The proxy as a router, for a listener.
-    pub fn service(self: Arc<Self>) -> Router {
-        Router::new().fallback(move |request: Request| {
-            let proxy = Arc::clone(&self);
-            async move {
-                match proxy.router() {
-                    Ok(router) => router.oneshot(request).await.into_response(),
-                    Err(e) => {
-                        // A reloaded file whose rules do not build: refuse
-                        // rather than forward unlimited.
-                        tracing::error!(error = %e, "the HTTP rules do not build");
-                        StatusCode::INTERNAL_SERVER_ERROR.into_response()
-                    }
-                }
+    /// The proxy as a service, for a listener.
+    pub fn service(self: Arc<Self>) -> impl HttpService {
+        tower::service_fn(move |request: Request<Body>| self.answer(request))
+    }
+
+    fn answer(&self, request: Request<Body>) -> Answer {
+        match self.limited() {
+            // `Forward` is always ready, so is the layer over it.
+            Ok(mut limited) => {
+                let answer = limited.call(request);
+                Box::pin(async move {
+                    let Ok(response) = answer.await;
+                    Ok(response.map(Body::new))
+                })
             }
-        })
-    }
-}
-
-fn remove_hop_by_hop(headers: &mut HeaderMap) {
-    let listed: Vec<HeaderName> = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
-        .collect();
-    for name in HOP_BY_HOP.iter().chain(&listed) {
-        headers.remove(name);
-    }
-    // `Upgrade` is hop-by-hop too; this proxy does not tunnel upgrades.
-    headers.remove(header::UPGRADE);
-}
-
-/// Appends the client to `X-Forwarded-For` and `Forwarded` (RFC 7239).
-fn append_forwarded(headers: &mut HeaderMap, peer: SocketAddr) {
-    let ip = peer.ip();
-    let xff = match headers.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {
-        Some(prior) => format!("{prior}, {ip}"),
-        None => ip.to_string(),
-    };
-    let node = match ip {
-        std::net::IpAddr::V4(v4) => v4.to_string(),
-        std::net::IpAddr::V6(v6) => format!("\"[{v6}]\""),
-    };
-    let mut element = format!("for={node};proto=http");
-    if let Some(host) = headers.get(header::HOST).and_then(|v| v.to_str().ok()) {
-        if host.bytes().all(|b| b.is_ascii_graphic()) && !host.contains('"') {
-            element.push_str(&format!(";host=\"{host}\""));
-        }
-    }
-    let forwarded = match headers.get(header::FORWARDED).and_then(|v| v.to_str().ok()) {
-        Some(prior) => format!("{prior}, {element}"),
-        None => element,
-    };
-    for (name, value) in [("x-forwarded-for", xff), ("forwarded", forwarded)] {
-        if let Ok(value) = HeaderValue::from_str(&value) {
-            headers.insert(HeaderName::from_static(name), value);
+            Err(e) => {
+                // A reloaded file whose rules do not build: refuse rather
+                // than forward unlimited.
+                tracing::error!(error = %e, "the HTTP rules do not build");
+                Box::pin(std::future::ready(Ok(status(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "",
+                ))))
+            }
         }
     }
 }
 
-async fn forward(State(upstream): State<Arc<Upstream>>, mut request: Request) -> Response {
-    let path = request.uri().path_and_query().map_or("/", |p| p.as_str());
-    let Ok(uri) = format!("{}{path}", upstream.scheme_authority).parse::<Uri>() else {
-        return StatusCode::BAD_REQUEST.into_response();
-    };
-    *request.uri_mut() = uri;
-    let peer = request
-        .extensions()
-        .get::<ConnectInfo<SocketAddr>>()
-        .map(|c| c.0);
+/// `host:port` to connect to, port 80 by default.
+fn socket_addr(authority: &Authority) -> String {
+    format!(
+        "{}:{}",
+        authority.host(),
+        authority.port_u16().unwrap_or(80)
+    )
+}
+
+impl Service<Request<Body>> for Forward {
+    type Response = Response<Body>;
+    type Error = Infallible;
+    type Future = Answer;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request<Body>) -> Answer {
+        Box::pin(forward(Arc::clone(&self.0), request))
+    }
+}
+
+fn status(status: StatusCode, text: &'static str) -> Response<Body> {
+    let mut response = Response::new(Body::from(text));
+    *response.status_mut() = status;
+    response
+}
+
+async fn forward(
+    upstream: Arc<Upstream>,
+    mut request: Request<Body>,
+) -> Result<Response<Body>, Infallible> {
+    // Origin-form on the upstream connection, as a client sends it.
+    if request.uri().authority().is_some() {
+        let path = request.uri().path_and_query().map_or("/", |p| p.as_str());
+        let Ok(uri) = path.parse::<Uri>() else {
+            return Ok(status(StatusCode::BAD_REQUEST, ""));
+        };
+        *request.uri_mut() = uri;
+    }
+    // Kept alive whatever the client speaks.
+    *request.version_mut() = Version::HTTP_11;
+    let peer = request.extensions().get::<PeerAddr>().map(|p| p.0);
     let headers = request.headers_mut();
     remove_hop_by_hop(headers);
     if let Some(peer) = peer {
         append_forwarded(headers, peer);
     }
-    match tokio::time::timeout(upstream.timeout, upstream.client.request(request)).await {
-        Err(_) => (
-            StatusCode::GATEWAY_TIMEOUT,
-            "the upstream did not answer in time\n",
-        )
-            .into_response(),
-        Ok(Err(e)) => {
-            tracing::warn!(error = %e, "upstream request failed");
-            (StatusCode::BAD_GATEWAY, "the upstream is unreachable\n").into_response()
-        }
-        Ok(Ok(response)) => {
-            let (mut parts, body) = response.into_parts();
-            remove_hop_by_hop(&mut parts.headers);
-            Response::from_parts(parts, Body::new(body))
-        }
+    if !headers.contains_key(header::HOST) {
+        headers.insert(header::HOST, upstream.host.clone());
     }
+    Ok(
+        match tokio::time::timeout(upstream.timeout, upstream.pool.send(request)).await {
+            Err(_) => status(
+                StatusCode::GATEWAY_TIMEOUT,
+                "the upstream did not answer in time\n",
+            ),
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "upstream request failed");
+                status(StatusCode::BAD_GATEWAY, "the upstream is unreachable\n")
+            }
+            Ok(Ok(mut response)) => {
+                remove_hop_by_hop(response.headers_mut());
+                response
+            }
+        },
+    )
 }

@@ -1,0 +1,101 @@
+//! The header rewriting of a forwarded request and its response.
+
+use std::fmt::Write;
+use std::net::{IpAddr, SocketAddr};
+
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+
+/// Hop-by-hop fields (RFC 9110 §7.6.1), never forwarded.
+const HOP_BY_HOP: [HeaderName; 8] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+];
+
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+
+/// Removes the hop-by-hop fields, with those `Connection` lists.
+pub(crate) fn remove_hop_by_hop(headers: &mut HeaderMap) {
+    let listed: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .collect();
+    for name in HOP_BY_HOP.iter().chain(&listed) {
+        headers.remove(name);
+    }
+    // `Upgrade` is hop-by-hop too; this proxy does not tunnel upgrades.
+    headers.remove(header::UPGRADE);
+}
+
+/// Appends the client to `X-Forwarded-For` and `Forwarded` (RFC 7239).
+pub(crate) fn append_forwarded(headers: &mut HeaderMap, peer: SocketAddr) {
+    let ip = peer.ip();
+    let mut xff = String::with_capacity(48);
+    if let Some(prior) = headers.get(&X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
+        xff.push_str(prior);
+        xff.push_str(", ");
+    }
+    // Writing to a String cannot fail.
+    let _ = write!(xff, "{ip}");
+    let mut forwarded = String::with_capacity(64);
+    if let Some(prior) = headers.get(header::FORWARDED).and_then(|v| v.to_str().ok()) {
+        forwarded.push_str(prior);
+        forwarded.push_str(", ");
+    }
+    let _ = match ip {
+        IpAddr::V4(v4) => write!(forwarded, "for={v4};proto=http"),
+        IpAddr::V6(v6) => write!(forwarded, "for=\"[{v6}]\";proto=http"),
+    };
+    if let Some(host) = headers.get(header::HOST).and_then(|v| v.to_str().ok()) {
+        if host.bytes().all(|b| b.is_ascii_graphic()) && !host.contains('"') {
+            forwarded.push_str(";host=\"");
+            forwarded.push_str(host);
+            forwarded.push('"');
+        }
+    }
+    for (name, value) in [(X_FORWARDED_FOR, xff), (header::FORWARDED, forwarded)] {
+        // Taken as they are, without a copy.
+        if let Ok(value) = HeaderValue::try_from(value) {
+            headers.insert(name, value);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn appends_to_prior_values_and_brackets_ipv6() {
+        let mut headers = HeaderMap::new();
+        headers.insert("x-forwarded-for", HeaderValue::from_static("203.0.113.9"));
+        headers.insert("forwarded", HeaderValue::from_static("for=203.0.113.9"));
+        headers.insert("host", HeaderValue::from_static("example.com"));
+        append_forwarded(&mut headers, "[2001:db8::1]:443".parse().unwrap());
+        assert_eq!(headers["x-forwarded-for"], "203.0.113.9, 2001:db8::1");
+        assert_eq!(
+            headers["forwarded"],
+            "for=203.0.113.9, for=\"[2001:db8::1]\";proto=http;host=\"example.com\""
+        );
+    }
+
+    #[test]
+    fn removes_the_fields_connection_lists() {
+        let mut headers = HeaderMap::new();
+        headers.insert("connection", HeaderValue::from_static("close, x-hop"));
+        headers.insert("x-hop", HeaderValue::from_static("1"));
+        headers.insert("upgrade", HeaderValue::from_static("websocket"));
+        headers.insert("x-end", HeaderValue::from_static("kept"));
+        remove_hop_by_hop(&mut headers);
+        assert_eq!(headers.len(), 1);
+        assert_eq!(headers["x-end"], "kept");
+    }
+}
