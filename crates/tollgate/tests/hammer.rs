@@ -120,3 +120,28 @@ fn limiters_are_send_and_sync() {
     #[cfg(feature = "async")]
     shareable::<tollgate::Store<tollgate::MemoryBackend>>();
 }
+
+#[test]
+fn the_real_clock_never_runs_backwards_under_a_key_shared_by_threads() {
+    // Far more than two threads can ask for (10^9 a second, with as much
+    // burst): a refusal can only come from a key's time seeming to go
+    // backwards between two threads, which the limiter would take for a
+    // reservation holding the key.
+    let quota = Quota::per_second(1_000_000_000).unwrap();
+    for algorithm in [Algorithm::Gcra, Algorithm::TokenBucket, Algorithm::LeakyBucket] {
+        let limiter = Limiter::new(Limit::new(algorithm, quota));
+        let refused = AtomicU64::new(0);
+        std::thread::scope(|s| {
+            for _ in 0..2 {
+                s.spawn(|| {
+                    for _ in 0..500_000 {
+                        if !limiter.check("hot").allowed {
+                            refused.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                });
+            }
+        });
+        assert_eq!(refused.into_inner(), 0, "{algorithm}");
+    }
+}
