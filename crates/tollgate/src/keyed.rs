@@ -101,6 +101,7 @@ impl<K: Hash + Eq, R: Rules> Keyed<K, R> {
         let mut located = probe.lock();
         let now = clock.now();
         if let Some(state) = located.get_mut(key) {
+            let now = self.settle(state, now, clock);
             let (decision, charged) = self.decide_charged(state, now, cost);
             self.note_contention(&probe, &located, charged);
             return Ok(decision);
@@ -188,6 +189,7 @@ impl<K: Hash + Eq, R: Rules> Keyed<K, R> {
         // Read under the lock: each key then sees its times in order.
         let now = clock.now();
         if let Some(state) = located.get_mut(key) {
+            let now = self.settle(state, now, clock);
             let (out, charged) = op(state, now);
             self.note_contention(&probe, &located, charged);
             return Ok(out);
@@ -269,8 +271,21 @@ impl<K: Hash + Eq, R: Rules> Keyed<K, R> {
         let state = probe.shared(key, R::State::clone)?;
         // As if the request had come when the copy was made and the clock
         // been read a moment later: a denial changes nothing to order.
-        let decision = self.judge(&state, clock.now(), cost);
+        let decision = self.judge(&state, self.settle(&state, clock.now(), clock), cost);
         (!decision.allowed || cost == 0).then_some(decision)
+    }
+
+    /// `now`, or the key's own time when that is ahead by no more than
+    /// the clock's [`Clock::reorder_window`]: a reading that the CPU took
+    /// a moment before the lock was acquired, not a reservation.
+    #[inline(always)]
+    fn settle<C: Clock>(&self, state: &R::State, now: u64, clock: &C) -> u64 {
+        let last = self.rules.last_update(state);
+        if last > now && last - now <= clock.reorder_window() {
+            last
+        } else {
+            now
+        }
     }
 
     /// Like the core's `decide`, except while a reservation holds the key
