@@ -126,10 +126,22 @@ async fn grpc(seconds: u64, store: &str) {
         .await
         .expect("binds");
     let null_url = format!("http://{}", listener.local_addr().expect("an address"));
+    // TCP_NODELAY as tollgate's listener sets it: without it the peer's
+    // answers wait for delayed ACKs (a p99 of about 40 ms), which flatters
+    // tollgate's ratio.
+    let incoming = tokio_stream::StreamExt::map(
+        tokio_stream::wrappers::TcpListenerStream::new(listener),
+        |conn| {
+            if let Ok(stream) = &conn {
+                let _ = stream.set_nodelay(true);
+            }
+            conn
+        },
+    );
     tokio::spawn(
         tonic::transport::Server::builder()
             .add_service(RateLimitServiceServer::new(Nothing))
-            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+            .serve_with_incoming(incoming),
     );
     let (t, p50, p99) = drive(url, seconds).await;
     println!("tollgate gRPC ({store}): {t:.0} req/s, p50 {p50:?}, p99 {p99:?}");

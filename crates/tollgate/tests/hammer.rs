@@ -128,7 +128,11 @@ fn the_real_clock_never_runs_backwards_under_a_key_shared_by_threads() {
     // backwards between two threads, which the limiter would take for a
     // reservation holding the key.
     let quota = Quota::per_second(1_000_000_000).unwrap();
-    for algorithm in [Algorithm::Gcra, Algorithm::TokenBucket, Algorithm::LeakyBucket] {
+    for algorithm in [
+        Algorithm::Gcra,
+        Algorithm::TokenBucket,
+        Algorithm::LeakyBucket,
+    ] {
         let limiter = Limiter::new(Limit::new(algorithm, quota));
         let refused = AtomicU64::new(0);
         std::thread::scope(|s| {
