@@ -199,3 +199,50 @@ async fn a_reservation_sleeps_until_ready() {
     drive(&clock, Duration::from_millis(25), r.ready()).await;
     assert_eq!(clock.now(), r.ready_at());
 }
+
+/// A fake clock that declares a reorder window, as the default clock does.
+#[derive(Clone)]
+struct Reordering(FakeClock, u64);
+
+impl Clock for Reordering {
+    fn now(&self) -> u64 {
+        self.0.now()
+    }
+
+    fn reorder_window(&self) -> u64 {
+        self.1
+    }
+}
+
+#[test]
+fn within_the_clock_s_reorder_window_a_reservation_s_time_is_now() {
+    const WINDOW: u64 = 10_000;
+    // The same key state in three limiters: a check `WINDOW` before the
+    // reservation's time is decided as at that time; one nanosecond
+    // earlier still, it is refused as before a reservation.
+    let build = |window: u64| {
+        let clock = FakeClock::at(1_000 * MS);
+        let quota = Quota::per_second(10).unwrap().with_burst(2).unwrap();
+        let limiter = Limiter::builder(Limit::new(Algorithm::Gcra, quota))
+            .clock(Reordering(clock.clone(), window))
+            .build();
+        assert!(limiter.check_cost("k", 2).allowed);
+        let ready_at = limiter.reserve("k", 1, Duration::MAX).unwrap().ready_at();
+        (limiter, clock, ready_at)
+    };
+    let (exact, exact_clock, ready_at) = build(0);
+    let (inside, inside_clock, _) = build(WINDOW);
+    let (outside, outside_clock, _) = build(WINDOW);
+    exact_clock.set(ready_at);
+    inside_clock.set(ready_at - WINDOW);
+    outside_clock.set(ready_at - WINDOW - 1);
+    let at_ready = exact.check("k");
+    assert_eq!(inside.check("k"), at_ready);
+    let before = outside.check("k");
+    assert!(!before.allowed, "{before:?}");
+    assert_eq!(
+        before.retry_after.as_nanos().unwrap(),
+        WINDOW + 1 + at_ready.retry_after.as_nanos().unwrap_or(0),
+        "{before:?} vs {at_ready:?}"
+    );
+}
