@@ -38,18 +38,10 @@ pub(crate) fn remove_hop_by_hop(headers: &mut HeaderMap) {
 /// Appends the client to `X-Forwarded-For` and `Forwarded` (RFC 7239).
 pub(crate) fn append_forwarded(headers: &mut HeaderMap, peer: SocketAddr) {
     let ip = peer.ip();
-    let mut xff = String::with_capacity(48);
-    if let Some(prior) = headers.get(&X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
-        xff.push_str(prior);
-        xff.push_str(", ");
-    }
+    let mut xff = prior(headers, &X_FORWARDED_FOR, 48);
     // Writing to a String cannot fail.
     let _ = write!(xff, "{ip}");
-    let mut forwarded = String::with_capacity(64);
-    if let Some(prior) = headers.get(header::FORWARDED).and_then(|v| v.to_str().ok()) {
-        forwarded.push_str(prior);
-        forwarded.push_str(", ");
-    }
+    let mut forwarded = prior(headers, &header::FORWARDED, 64);
     let _ = match ip {
         IpAddr::V4(v4) => write!(forwarded, "for={v4};proto=http"),
         IpAddr::V6(v6) => write!(forwarded, "for=\"[{v6}]\";proto=http"),
@@ -69,6 +61,17 @@ pub(crate) fn append_forwarded(headers: &mut HeaderMap, peer: SocketAddr) {
     }
 }
 
+/// The list a proxy appends to: every `name` field so far (several fields
+/// of a list are one comma-separated list), each followed by `, `.
+fn prior(headers: &HeaderMap, name: &HeaderName, extra: usize) -> String {
+    let mut list = String::with_capacity(extra);
+    for value in headers.get_all(name).iter().filter_map(|v| v.to_str().ok()) {
+        list.push_str(value);
+        list.push_str(", ");
+    }
+    list
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -84,6 +87,21 @@ mod tests {
         assert_eq!(
             headers["forwarded"],
             "for=203.0.113.9, for=\"[2001:db8::1]\";proto=http;host=\"example.com\""
+        );
+    }
+
+    #[test]
+    fn appends_after_every_prior_field_of_a_list() {
+        let mut headers = HeaderMap::new();
+        headers.append("x-forwarded-for", HeaderValue::from_static("198.51.100.1"));
+        headers.append("x-forwarded-for", HeaderValue::from_static("203.0.113.9"));
+        append_forwarded(&mut headers, "192.0.2.7:80".parse().unwrap());
+        assert_eq!(
+            headers
+                .get_all("x-forwarded-for")
+                .iter()
+                .collect::<Vec<_>>(),
+            ["198.51.100.1, 203.0.113.9, 192.0.2.7"]
         );
     }
 
