@@ -148,6 +148,10 @@ pub struct Args {
     /// How long shutdown waits for requests in flight.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration, env = "TOLLGATE_DRAIN_TIMEOUT")]
     drain_timeout: u64,
+    /// Threads serving connections, each with its own event loop, a connection staying on the
+    /// thread that accepted it; the default is one per CPU.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024), env = "TOLLGATE_WORKERS")]
+    workers: Option<u16>,
     /// Log format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text, env = "TOLLGATE_LOG_FORMAT")]
     log_format: LogFormat,
@@ -190,8 +194,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             upstream,
             timeout: Duration::from_nanos(args.upstream_timeout),
         }),
+        workers: args.workers.map_or_else(
+            || std::thread::available_parallelism().map_or(1, |n| n.get()),
+            usize::from,
+        ),
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
+    // The first worker: the other workers are threads of their own.
+    let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;

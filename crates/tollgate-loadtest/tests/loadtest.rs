@@ -48,6 +48,9 @@ async fn proxy(rule: &str, limit: &str) -> (Running, tempfile::TempDir) {
             upstream: demo_upstream().await,
             timeout: Duration::from_secs(10),
         }),
+        // Two, as `tollgate serve` on this machine: the server's counts
+        // are summed over its workers.
+        workers: 2,
     };
     (server::start(options).await.unwrap(), dir)
 }

@@ -5,9 +5,9 @@
 //!   64 concurrent `ShouldRateLimit` calls over 4 HTTP/2 connections,
 //!   tollgate (`memory` store by default, or a `redis://` URL) then a
 //!   do-nothing tonic server; throughput, p50, p99.
-//! - `cargo bench -p tollgate-server --bench load -- http PORT NULL_PORT [STORE]`:
-//!   serves tollgate's HTTP API on PORT and a do-nothing axum `/v1/check`
-//!   on NULL_PORT (none if 0) until killed, for wrk.
+//! - `cargo bench -p tollgate-server --bench load -- null PORT`: a
+//!   do-nothing axum `/v1/check` until killed, the peer of tollgate's HTTP
+//!   API (which `benches/serve.sh` runs as `tollgate serve`) under wrk.
 //! - `cargo bench -p tollgate-server --bench load -- upstream PORT`: a tiny
 //!   HTTP/1.1 service answering `hello` to everything, the upstream of the
 //!   proxy benchmark (`benches/serve.sh`).
@@ -50,12 +50,9 @@ impl RateLimitService for Nothing {
     }
 }
 
-fn options(
-    dir: &std::path::Path,
-    store: &str,
-    grpc: bool,
-    http: Option<std::net::SocketAddr>,
-) -> ServeOptions {
+/// The gRPC API alone, on one worker: the bench's own runtime, which the
+/// do-nothing peer shares too.
+fn options(dir: &std::path::Path, store: &str) -> ServeOptions {
     let path = dir.join("bench.yaml");
     std::fs::write(&path, CONFIG).expect("the temp dir is writable");
     ServeOptions {
@@ -64,10 +61,11 @@ fn options(
         store: store.into(),
         prefix: format!("tollgate-bench:{}:", std::process::id()),
         store_timeout: tollgate_server::store::DEFAULT_STORE_TIMEOUT,
-        grpc: grpc.then(|| "127.0.0.1:0".parse().expect("an address")),
-        http,
+        grpc: Some("127.0.0.1:0".parse().expect("an address")),
+        http: None,
         limits: ListenerLimits::default(),
         proxy: None,
+        workers: 1,
     }
 }
 
@@ -118,7 +116,7 @@ async fn drive(url: String, seconds: u64) -> (f64, Duration, Duration) {
 
 async fn grpc(seconds: u64, store: &str) {
     let dir = tempfile::tempdir().expect("a temp dir");
-    let running = server::start(options(dir.path(), store, true, None))
+    let running = server::start(options(dir.path(), store))
         .await
         .expect("starts");
     let url = format!("http://{}", running.grpc.expect("gRPC is served"));
@@ -151,27 +149,20 @@ async fn grpc(seconds: u64, store: &str) {
     running.shutdown().await;
 }
 
-async fn http(port: u16, null_port: u16, store: &str) {
-    let dir = tempfile::tempdir().expect("a temp dir");
-    let addr = format!("127.0.0.1:{port}").parse().expect("an address");
-    let running = server::start(options(dir.path(), store, false, Some(addr)))
+/// `POST /v1/check` answering OK to everything, in axum's usual setup (a
+/// multi-threaded runtime): the peer of tollgate's HTTP API.
+async fn null(port: u16) {
+    let app = axum::Router::new().route(
+        "/v1/check",
+        axum::routing::post(|_: axum::body::Bytes| async {
+            axum::Json(serde_json::json!({"overall_code": "OK"}))
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
         .await
-        .expect("starts");
-    if null_port != 0 {
-        let app = axum::Router::new().route(
-            "/v1/check",
-            axum::routing::post(|_: axum::body::Bytes| async {
-                axum::Json(serde_json::json!({"overall_code": "OK"}))
-            }),
-        );
-        let listener = tokio::net::TcpListener::bind(("127.0.0.1", null_port))
-            .await
-            .expect("binds");
-        tokio::spawn(async move { axum::serve(listener, app).await });
-    }
-    println!("ready: tollgate ({store}) on {port}, do-nothing axum on {null_port}; Ctrl-C to stop");
-    let _ = tokio::signal::ctrl_c().await;
-    running.shutdown().await;
+        .expect("binds");
+    println!("ready: do-nothing axum on {port}");
+    let _ = axum::serve(listener, app).await;
 }
 
 /// The proxy benchmark's upstream: `hello` to every request, keep-alive,
@@ -206,10 +197,9 @@ fn main() {
     let runtime = tokio::runtime::Runtime::new().expect("a runtime");
     let arg = |i: usize| args.get(i).map(String::as_str);
     match arg(0) {
-        Some("http") => {
-            let port = arg(1).and_then(|p| p.parse().ok()).unwrap_or(18080);
-            let null = arg(2).and_then(|p| p.parse().ok()).unwrap_or(18090);
-            runtime.block_on(http(port, null, arg(3).unwrap_or("memory")));
+        Some("null") => {
+            let port = arg(1).and_then(|p| p.parse().ok()).unwrap_or(18090);
+            runtime.block_on(null(port));
         }
         Some("grpc") => {
             let seconds = arg(1).and_then(|s| s.parse().ok()).unwrap_or(5);
@@ -220,8 +210,8 @@ fn main() {
             runtime.block_on(upstream(port));
         }
         // `cargo test --benches` and plain `cargo bench` run nothing long.
-        _ => println!(
-            "usage: load grpc [SECONDS] [STORE] | load http [PORT] [NULL_PORT] [STORE] | load upstream [PORT]"
-        ),
+        _ => {
+            println!("usage: load grpc [SECONDS] [STORE] | load null [PORT] | load upstream [PORT]")
+        }
     }
 }

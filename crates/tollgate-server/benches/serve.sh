@@ -5,9 +5,10 @@
 #   upstream called directly, through `tollgate serve --upstream` (one rule
 #   per client address, GCRA, never refusing; memory store, then Redis), and
 #   through nginx `limit_req` (the same: per client address, never refusing)
-#   with keep-alive to the same upstream;
-# - `POST /v1/check`: wrk against tollgate (memory, Redis) and a do-nothing
-#   axum handler;
+#   with keep-alive to the same upstream, and through nginx with no limit
+#   (what forwarding alone costs);
+# - `POST /v1/check`: wrk against the same `tollgate serve` processes'
+#   HTTP API (memory, Redis) and a do-nothing axum handler;
 # - gRPC `ShouldRateLimit`: the `load` bench's client (64 in flight over 4
 #   HTTP/2 connections) against tollgate (memory, Redis) then a do-nothing
 #   tonic server, in one run each.
@@ -62,8 +63,7 @@ start() { "$@" >"$OUT/$(basename "$1").$RANDOM.log" 2>&1 & LAST=$!; PIDS+=("$LAS
 
 UP=$PORT
 P_MEM=$((PORT + 1)) P_REDIS=$((PORT + 2)) P_NGINX=$((PORT + 3))
-C_NULL=$((PORT + 4)) C_MEM=$((PORT + 5)) C_REDIS=$((PORT + 6))
-API_MEM=$((PORT + 7)) API_REDIS=$((PORT + 8))
+C_NULL=$((PORT + 4)) API_MEM=$((PORT + 5)) API_REDIS=$((PORT + 6)) P_PLAIN=$((PORT + 7))
 
 REDIS_PORT=$(free_port)
 start redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$OUT"
@@ -77,7 +77,9 @@ wait_port "$UP"
 
 cat >"$OUT/proxy.yaml" <<'EOF'
 domain: bench
-descriptors: []
+descriptors:
+  - key: user
+    rate_limit: { algorithm: gcra, unit: second, requests_per_unit: 1000000000 }
 http:
   rules:
     - name: per-ip
@@ -121,6 +123,15 @@ http {
       proxy_set_header Connection "";
     }
   }
+  # No limit at all: what forwarding alone costs, the ceiling of a proxy.
+  server {
+    listen 127.0.0.1:$P_PLAIN;
+    location / {
+      proxy_pass http://up;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+    }
+  }
 }
 EOF
 start "$NGINX" -p "$OUT/nginx" -e "$OUT/nginx/error.log" -c "$OUT/nginx.conf"; NGINX_PID=$LAST
@@ -129,20 +140,19 @@ sleep 0.5 # the workers are forked after the port is open
 NGINX_WORKERS=$(pgrep -P "$NGINX_PID" | tr '\n' ' ')
 nginx_version=$("$NGINX" -v 2>&1 | sed 's/.*nginx\///')
 
-start "$LOAD" http "$C_MEM" "$C_NULL" memory; CHECK_MEM_PID=$LAST
-start "$LOAD" http "$C_REDIS" 0 "$REDIS"; CHECK_REDIS_PID=$LAST
-wait_port "$C_MEM"; wait_port "$C_NULL"; wait_port "$C_REDIS"
+start "$LOAD" null "$C_NULL"; NULL_PID=$LAST
+wait_port "$C_NULL"
 
 # name url lua pids-serving-it (the peer's name is the first of its table).
 TARGETS=(
   "direct http://127.0.0.1:$UP/ - $UP_PID"
   "tollgate-memory http://127.0.0.1:$P_MEM/ - $PROXY_MEM_PID $UP_PID"
   "nginx-limit_req http://127.0.0.1:$P_NGINX/ - $NGINX_WORKERS $UP_PID"
+  "nginx-no-limit http://127.0.0.1:$P_PLAIN/ - $NGINX_WORKERS $UP_PID"
   "tollgate-redis http://127.0.0.1:$P_REDIS/ - $PROXY_REDIS_PID $UP_PID $REDIS_PID"
-  # The do-nothing handler runs in the process of check-memory (idle then).
-  "axum-do-nothing http://127.0.0.1:$C_NULL $PWD/crates/tollgate-server/benches/check.lua $CHECK_MEM_PID"
-  "check-memory http://127.0.0.1:$C_MEM $PWD/crates/tollgate-server/benches/check.lua $CHECK_MEM_PID"
-  "check-redis http://127.0.0.1:$C_REDIS $PWD/crates/tollgate-server/benches/check.lua $CHECK_REDIS_PID $REDIS_PID"
+  "axum-do-nothing http://127.0.0.1:$C_NULL $PWD/crates/tollgate-server/benches/check.lua $NULL_PID"
+  "check-memory http://127.0.0.1:$API_MEM $PWD/crates/tollgate-server/benches/check.lua $PROXY_MEM_PID"
+  "check-redis http://127.0.0.1:$API_REDIS $PWD/crates/tollgate-server/benches/check.lua $PROXY_REDIS_PID $REDIS_PID"
 )
 cpu_of() { local t=0 p; for p in "$@"; do t=$((t + $(awk '{ print $14 + $15 }' "/proc/$p/stat"))); done; echo "$t"; }
 TICK_US=$((1000000 / $(getconf CLK_TCK)))
@@ -200,7 +210,7 @@ table() { # peer names...
   done
 }
 echo "Reverse proxy (GET /, 5-byte answer):"
-table direct tollgate-memory nginx-limit_req tollgate-redis
+table direct tollgate-memory nginx-limit_req nginx-no-limit tollgate-redis
 echo
 echo "POST /v1/check:"
 table axum-do-nothing check-memory check-redis

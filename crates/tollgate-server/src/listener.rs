@@ -239,14 +239,15 @@ impl<S> HttpService for S where
 }
 
 /// Serves `router` on `listener` within `limits` until `shutdown` turns
-/// true, then drains.
+/// true, then drains. Each connection holds one of `permits` (sized
+/// `max_connections`; shared by the listeners of one address).
 pub async fn serve<S: HttpService>(
     listener: TcpListener,
     router: S,
     limits: ListenerLimits,
+    permits: Arc<Semaphore>,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let permits = Arc::new(Semaphore::new(limits.max_connections));
     loop {
         let (stream, peer) = tokio::select! {
             _ = stopped(&mut shutdown) => break,

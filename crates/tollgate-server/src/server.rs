@@ -1,12 +1,20 @@
 //! Starting and stopping the server: the gRPC and HTTP listeners over one
 //! engine, the file watcher, graceful shutdown.
+//!
+//! With [`ServeOptions::workers`] above one, each extra worker is a thread
+//! with its own single-threaded runtime, accepting on every address (see
+//! [`bind`]). A connection then lives on one thread from accept to close,
+//! with no wake-up crossing threads, as in nginx's worker processes; the
+//! caller's runtime is the first worker. The engine (configuration, limiter
+//! state, store connection) and each address's connection bound are shared
+//! by all.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::sync::{oneshot, watch, Semaphore};
 use tokio::task::JoinHandle;
 use tower::util::BoxCloneService;
 
@@ -16,6 +24,9 @@ use crate::listener::{self, ListenerLimits};
 use crate::proxy::{Proxy, ProxyError};
 use crate::store::{self, AnyBackend, StoreError};
 use crate::{api, grpc, metrics, reload};
+
+/// Time past the drain bound that shutdown waits for a worker thread.
+const DRAIN_SLACK: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// What to serve, and where.
 #[derive(Clone, Debug)]
@@ -38,6 +49,10 @@ pub struct ServeOptions {
     pub limits: ListenerLimits,
     /// Reverse proxy mode, if wanted.
     pub proxy: Option<ProxyOptions>,
+    /// Threads serving the listeners, the caller's runtime included (see
+    /// the module's documentation); 0 counts as 1, which serves everything
+    /// on the caller's runtime.
+    pub workers: usize,
 }
 
 /// Reverse proxy mode: where to listen, where to forward.
@@ -63,6 +78,9 @@ pub enum ServeError {
     /// The proxy mode.
     #[error("{0}")]
     Proxy(#[from] ProxyError),
+    /// A worker's thread or runtime could not start.
+    #[error("cannot start a worker: {0}")]
+    Worker(std::io::Error),
     /// A listener could not bind.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
@@ -84,14 +102,128 @@ pub struct Running {
     /// The engine, shared by every listener.
     pub engine: Arc<Engine<Arc<AnyBackend>>>,
     stop: watch::Sender<bool>,
+    /// The listeners on the caller's runtime.
     tasks: Vec<JoinHandle<()>>,
+    /// One per extra worker thread, resolved when its listeners are closed.
+    threads: Vec<oneshot::Receiver<()>>,
     drain: std::time::Duration,
 }
 
-async fn bind(addr: SocketAddr) -> Result<TcpListener, ServeError> {
-    TcpListener::bind(addr)
+/// A socket listening on `addr`, with a handle on it for each worker.
+///
+/// One socket rather than one per worker (`SO_REUSEPORT`): every worker's
+/// event loop waits on it and the first one free accepts, so a busy worker
+/// takes fewer new connections; and a second server started on the same
+/// port fails to bind, as it should, instead of silently taking a share of
+/// the connections.
+async fn bind(addr: SocketAddr, workers: usize) -> Result<Vec<std::net::TcpListener>, ServeError> {
+    let error = |source| ServeError::Bind { addr, source };
+    let listener = TcpListener::bind(addr)
         .await
-        .map_err(|source| ServeError::Bind { addr, source })
+        .and_then(TcpListener::into_std)
+        .map_err(error)?;
+    let mut handles = Vec::with_capacity(workers);
+    for _ in 1..workers {
+        handles.push(listener.try_clone().map_err(error)?);
+    }
+    handles.push(listener);
+    Ok(handles)
+}
+
+/// One worker's handles on the listening sockets, one per address served.
+struct Sockets {
+    grpc: Option<std::net::TcpListener>,
+    http: Option<std::net::TcpListener>,
+    proxy: Option<std::net::TcpListener>,
+}
+
+/// What every worker shares.
+#[derive(Clone)]
+struct Shared {
+    engine: Arc<Engine<Arc<AnyBackend>>>,
+    limits: ListenerLimits,
+    stopping: watch::Receiver<bool>,
+    /// Each address's connections, counted over all workers.
+    grpc_permits: Arc<Semaphore>,
+    http_permits: Arc<Semaphore>,
+    proxy_permits: Arc<Semaphore>,
+}
+
+impl Shared {
+    /// Serves `sockets` on the current runtime: one task per address.
+    /// `proxy` is this worker's own (its upstream connections are driven
+    /// by this runtime).
+    fn spawn(
+        &self,
+        sockets: Sockets,
+        proxy: Option<Arc<Proxy<Arc<AnyBackend>>>>,
+    ) -> std::io::Result<Vec<JoinHandle<()>>> {
+        let mut tasks = Vec::new();
+        if let Some(socket) = sockets.grpc {
+            let service = grpc::RlsService::server(Arc::clone(&self.engine));
+            tasks.push(tokio::spawn(listener::grpc::serve(
+                TcpListener::from_std(socket)?,
+                BoxCloneService::new(service),
+                self.limits,
+                Arc::clone(&self.grpc_permits),
+                self.stopping.clone(),
+            )));
+        }
+        if let Some(socket) = sockets.http {
+            tasks.push(tokio::spawn(listener::serve(
+                TcpListener::from_std(socket)?,
+                api::router(Arc::clone(&self.engine)),
+                self.limits,
+                Arc::clone(&self.http_permits),
+                self.stopping.clone(),
+            )));
+        }
+        if let (Some(socket), Some(proxy)) = (sockets.proxy, proxy) {
+            tasks.push(tokio::spawn(listener::serve(
+                TcpListener::from_std(socket)?,
+                proxy.service(),
+                self.limits,
+                Arc::clone(&self.proxy_permits),
+                self.stopping.clone(),
+            )));
+        }
+        Ok(tasks)
+    }
+
+    /// Starts a worker thread serving `sockets` until shutdown has drained
+    /// them; the receiver resolves then.
+    fn thread(
+        &self,
+        n: usize,
+        sockets: Sockets,
+        proxy: Option<Arc<Proxy<Arc<AnyBackend>>>>,
+    ) -> std::io::Result<oneshot::Receiver<()>> {
+        let (done, finished) = oneshot::channel();
+        let shared = self.clone();
+        std::thread::Builder::new()
+            .name(format!("tollgate-worker-{n}"))
+            .spawn(move || {
+                let runtime = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(runtime) => runtime,
+                    Err(e) => return tracing::error!(error = %e, "cannot start a worker's runtime"),
+                };
+                runtime.block_on(async move {
+                    match shared.spawn(sockets, proxy) {
+                        Ok(tasks) => {
+                            for task in tasks {
+                                let _ = task.await;
+                            }
+                        }
+                        Err(e) => tracing::error!(error = %e, "a worker cannot listen"),
+                    }
+                });
+                let _ = done.send(());
+            })?;
+        Ok(finished)
+    }
 }
 
 /// Loads the configuration, connects the store and starts every listener.
@@ -104,59 +236,81 @@ pub async fn start(options: ServeOptions) -> Result<Running, ServeError> {
     metrics::config_load(true);
     let backend = store::connect(&options.store, &options.prefix, options.store_timeout).await?;
     let engine = Arc::new(Engine::new(config, Arc::new(backend)));
+    let workers = options.workers.max(1);
+    // One proxy per worker: its upstream connections are driven by the
+    // runtime of the requests sent on them. Built before anything listens,
+    // so that rules that do not build fail the start.
+    let proxies = (0..workers)
+        .map(|_| {
+            options
+                .proxy
+                .as_ref()
+                .map(|p| Proxy::new(Arc::clone(&engine), &p.upstream, p.timeout))
+                .transpose()
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let (grpc_addr, grpc) = bind_each(options.grpc, workers).await?;
+    let (http_addr, http) = bind_each(options.http, workers).await?;
+    let proxy_listen = options.proxy.as_ref().map(|p| p.listen);
+    let (proxy_addr, proxy) = bind_each(proxy_listen, workers).await?;
     let (stop, stopping) = watch::channel(false);
+    let permits = || Arc::new(Semaphore::new(options.limits.max_connections));
+    let shared = Shared {
+        engine: Arc::clone(&engine),
+        limits: options.limits,
+        stopping: stopping.clone(),
+        grpc_permits: permits(),
+        http_permits: permits(),
+        proxy_permits: permits(),
+    };
+    let mut each = grpc
+        .into_iter()
+        .zip(http)
+        .zip(proxy)
+        .map(|((grpc, http), proxy)| Sockets { grpc, http, proxy })
+        .zip(proxies);
     let mut tasks = Vec::new();
-    let mut running_grpc = None;
-    if let Some(addr) = options.grpc {
-        let listener = bind(addr).await?;
-        running_grpc = listener.local_addr().ok();
-        let service = grpc::RlsService::server(Arc::clone(&engine));
-        tasks.push(tokio::spawn(listener::grpc::serve(
-            listener,
-            BoxCloneService::new(service),
-            options.limits,
-            stopping.clone(),
-        )));
+    let mut threads = Vec::new();
+    if let Some((sockets, proxy)) = each.next() {
+        tasks = shared.spawn(sockets, proxy).map_err(ServeError::Worker)?;
     }
-    let mut running_http = None;
-    if let Some(addr) = options.http {
-        let listener = bind(addr).await?;
-        running_http = listener.local_addr().ok();
-        let router = api::router(Arc::clone(&engine));
-        tasks.push(tokio::spawn(listener::serve(
-            listener,
-            router,
-            options.limits,
-            stopping.clone(),
-        )));
-    }
-    let mut running_proxy = None;
-    if let Some(proxy) = &options.proxy {
-        let service = Proxy::new(Arc::clone(&engine), &proxy.upstream, proxy.timeout)?.service();
-        let listener = bind(proxy.listen).await?;
-        running_proxy = listener.local_addr().ok();
-        tasks.push(tokio::spawn(listener::serve(
-            listener,
-            service,
-            options.limits,
-            stopping.clone(),
-        )));
+    for (n, (sockets, proxy)) in each.enumerate() {
+        threads.push(
+            shared
+                .thread(n + 1, sockets, proxy)
+                .map_err(ServeError::Worker)?,
+        );
     }
     if let (true, Some(path)) = (options.watch, options.config.clone()) {
-        match reload::watch_file(Arc::clone(&engine), path, stopping.clone()) {
+        match reload::watch_file(Arc::clone(&engine), path, stopping) {
             Ok(watching) => drop(tokio::spawn(watching)),
             Err(e) => tracing::error!(error = %e, "cannot watch the configuration file"),
         }
     }
     Ok(Running {
-        grpc: running_grpc,
-        http: running_http,
-        proxy: running_proxy,
+        grpc: grpc_addr,
+        http: http_addr,
+        proxy: proxy_addr,
         engine,
         stop,
         tasks,
+        threads,
         drain: options.limits.drain,
     })
+}
+
+/// [`bind`] for an address that may be absent: where it is bound, and one
+/// socket per worker (all `None` when absent).
+async fn bind_each(
+    addr: Option<SocketAddr>,
+    workers: usize,
+) -> Result<(Option<SocketAddr>, Vec<Option<std::net::TcpListener>>), ServeError> {
+    let Some(addr) = addr else {
+        return Ok((None, (0..workers).map(|_| None).collect()));
+    };
+    let sockets = bind(addr, workers).await?;
+    let bound = sockets.first().and_then(|s| s.local_addr().ok());
+    Ok((bound, sockets.into_iter().map(Some).collect()))
 }
 
 impl Running {
@@ -170,6 +324,16 @@ impl Running {
             if tokio::time::timeout_at(deadline, task).await.is_err() {
                 tracing::warn!("a listener did not drain in time; closing it");
                 abort.abort();
+            }
+        }
+        // A worker's listeners give up at the drain bound themselves; the
+        // slack covers their last closes.
+        for thread in self.threads {
+            if tokio::time::timeout_at(deadline + DRAIN_SLACK, thread)
+                .await
+                .is_err()
+            {
+                tracing::warn!("a worker did not drain in time");
             }
         }
     }

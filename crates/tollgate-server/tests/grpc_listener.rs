@@ -234,6 +234,36 @@ async fn a_connection_without_a_stream_is_closed_after_the_idle_bound_and_counte
 }
 
 #[tokio::test]
+async fn workers_share_one_port_and_one_connection_bound() {
+    let server = support::start_with(CONFIG, |o| {
+        o.http = None;
+        o.limits.header_timeout = Duration::from_secs(60);
+        o.limits.idle_timeout = Duration::from_secs(60);
+        o.limits.max_connections = 2;
+        o.workers = 3;
+    })
+    .await;
+    // Two connections, each answered once and kept open, hold the two
+    // slots: whichever of the three workers accepted them, every
+    // later connection is refused.
+    let mut held = Vec::new();
+    for user in ["ada", "bob"] {
+        let (mut sender, connection) = h2_client(&server).await;
+        let connection = tokio::spawn(connection);
+        let answer = call(&mut sender, user).await;
+        assert_eq!(answer.overall_code, Code::Ok as i32);
+        held.push((sender, connection));
+    }
+    for _ in 0..6 {
+        let mut late = connect(&server).await;
+        let answer = read_until_closed(&mut late).await;
+        assert_eq!(frame_types(&answer), [0x4, GOAWAY], "{answer:?}");
+    }
+    drop(held);
+    server.running.shutdown().await;
+}
+
+#[tokio::test]
 async fn the_generated_client_queues_beyond_the_stream_bound_and_gets_every_answer() {
     let server = start(|l| {
         l.max_connections = 2;

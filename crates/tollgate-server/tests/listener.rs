@@ -194,8 +194,47 @@ async fn connections_over_the_bound_get_503() {
 }
 
 #[tokio::test]
+async fn workers_share_one_port_and_one_connection_bound() {
+    let server = support::start_with(CONFIG, |o| {
+        o.limits.header_timeout = Duration::from_secs(60);
+        o.limits.idle_timeout = Duration::from_secs(60);
+        o.limits.max_connections = 3;
+        o.workers = 4;
+    })
+    .await;
+    // Three connections, each answered once and kept open, hold the three
+    // slots: whichever of the four workers accepted them, every
+    // later connection is refused.
+    let mut conns = Vec::new();
+    for _ in 0..3 {
+        let mut c = connect(&server).await;
+        c.write_all(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")
+            .await
+            .unwrap();
+        let answer = read_response(&mut c).await;
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        conns.push(c);
+    }
+    for _ in 0..6 {
+        let mut late = connect(&server).await;
+        assert!(read_all(&mut late).await.starts_with("HTTP/1.1 503"));
+    }
+    drop(conns);
+    server.running.shutdown().await;
+}
+
+#[tokio::test]
 async fn shutdown_drains_a_request_in_flight_and_stops_accepting() {
-    let server = support::start(CONFIG).await;
+    drains_and_stops_accepting(1).await;
+}
+
+#[tokio::test]
+async fn shutdown_drains_every_worker() {
+    drains_and_stops_accepting(3).await;
+}
+
+async fn drains_and_stops_accepting(workers: usize) {
+    let server = support::start_with(CONFIG, |o| o.workers = workers).await;
     let addr = server.running.http.unwrap();
     let mut in_flight = TcpStream::connect(addr).await.unwrap();
     let body = r#"{"domain":"d","descriptors":[{"entries":[{"key":"k","value":"v"}]}]}"#;

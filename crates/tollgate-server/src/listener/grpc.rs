@@ -95,11 +95,14 @@ async fn refuse(mut stream: TcpStream) {
 pub type GrpcService = BoxCloneService<Request<Incoming>, Response<tonic::body::Body>, Infallible>;
 
 /// Serves `service` over HTTP/2 on `listener` within `limits` until
-/// `shutdown` turns true, then drains.
+/// `shutdown` turns true, then drains. Each connection holds one of
+/// `permits` (sized `max_connections`; shared by the listeners of one
+/// address).
 pub async fn serve(
     listener: TcpListener,
     service: GrpcService,
     limits: ListenerLimits,
+    permits: Arc<Semaphore>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let mut builder = http2::Builder::new(TokioExecutor::new());
@@ -110,7 +113,6 @@ pub async fn serve(
         .keep_alive_interval(KEEPALIVE)
         .keep_alive_timeout(KEEPALIVE / 3);
     let builder = Arc::new(builder);
-    let permits = Arc::new(Semaphore::new(limits.max_connections));
     // Owning the connections' tasks lets the drain bound close them.
     let mut connections = JoinSet::new();
     loop {

@@ -40,6 +40,7 @@ pub fn options(path: PathBuf, store: &str) -> ServeOptions {
         http: Some("127.0.0.1:0".parse().unwrap()),
         limits: ListenerLimits::default(),
         proxy: None,
+        workers: 1,
     }
 }
 
