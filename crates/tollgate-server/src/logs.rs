@@ -2,6 +2,8 @@
 //! line, filtered by a `RUST_LOG`-style directive (`info`,
 //! `tollgate_server=debug`).
 
+use std::io::IsTerminal;
+
 use tracing_subscriber::EnvFilter;
 
 /// How log lines are written.
@@ -21,6 +23,9 @@ pub fn init(format: LogFormat, filter: &str) -> Result<(), String> {
         EnvFilter::try_new(filter).map_err(|e| format!("invalid log filter `{filter}`: {e}"))?;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        // Colours for a person at a terminal; none in a file or a pipe,
+        // where escape codes would be noise in every line.
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     let installed = match format {
         LogFormat::Text => builder.try_init(),
