@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use tollgate_cli::duration::parse_duration;
+use tollgate_server::answers::{Answers, Counting, LimitHeaders};
 use tollgate_server::config::Config;
 use tollgate_server::listener::ListenerLimits;
 use tollgate_server::logs::{self, LogFormat};
@@ -163,6 +164,90 @@ pub struct Args {
         env = "TOLLGATE_LOG"
     )]
     log: String,
+
+    // envoyproxy/ratelimit's settings that change answers, under its own
+    // environment variable names (docs/SERVER.md, "Decisions").
+    /// Counting of the limits written in envoyproxy/ratelimit's form: `upstream` (every hit
+    /// counted, refused ones too, as envoyproxy/ratelimit) or `tollgate` (refusals cost nothing).
+    #[arg(long, value_enum, default_value_t = CountingArg::Upstream, env = "TOLLGATE_COUNTING")]
+    counting: CountingArg,
+    /// Answer OK to every request, each descriptor's status still telling its own verdict.
+    #[arg(long, env = "SHADOW_MODE", value_parser = clap::builder::BoolishValueParser::new(), default_value_t = false)]
+    shadow_mode: bool,
+    /// When a descriptor of a request would go over its limit, charge only the descriptors that
+    /// would go over, leaving the others as they were.
+    #[arg(long, env = "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", value_parser = clap::builder::BoolishValueParser::new(), default_value_t = false)]
+    stop_cache_key_increment_when_overlimit: bool,
+    /// Share of a limit past which an admitted hit counts as near the limit (statistics).
+    #[arg(long, value_name = "RATIO", default_value_t = 0.8, value_parser = parse_ratio, env = "NEAR_LIMIT_RATIO")]
+    near_limit_ratio: f32,
+    /// Add the limit, remaining and reset headers of the descriptor closest to its limit to
+    /// every answer's response_headers_to_add.
+    #[arg(long, env = "LIMIT_RESPONSE_HEADERS_ENABLED", value_parser = clap::builder::BoolishValueParser::new(), default_value_t = false)]
+    limit_response_headers_enabled: bool,
+    /// Name of the limit header (with --limit-response-headers-enabled).
+    #[arg(
+        long,
+        value_name = "NAME",
+        default_value = "RateLimit-Limit",
+        env = "LIMIT_LIMIT_HEADER"
+    )]
+    limit_limit_header: String,
+    /// Name of the remaining header (with --limit-response-headers-enabled).
+    #[arg(
+        long,
+        value_name = "NAME",
+        default_value = "RateLimit-Remaining",
+        env = "LIMIT_REMAINING_HEADER"
+    )]
+    limit_remaining_header: String,
+    /// Name of the reset header, in seconds (with --limit-response-headers-enabled).
+    #[arg(
+        long,
+        value_name = "NAME",
+        default_value = "RateLimit-Reset",
+        env = "LIMIT_RESET_HEADER"
+    )]
+    limit_reset_header: String,
+}
+
+/// `--counting`: whose rules count hits.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum CountingArg {
+    /// envoyproxy/ratelimit's.
+    Upstream,
+    /// tollgate's.
+    Tollgate,
+}
+
+/// A share between 0 and 1 (`NEAR_LIMIT_RATIO`).
+fn parse_ratio(text: &str) -> Result<f32, String> {
+    match text.trim().parse::<f32>() {
+        Ok(r) if (0.0..=1.0).contains(&r) => Ok(r),
+        _ => Err(format!(
+            "`{text}` is not a ratio between 0 and 1 (e.g. 0.8)"
+        )),
+    }
+}
+
+impl Args {
+    /// The answer settings the flags give.
+    fn answers(&self) -> Answers {
+        Answers {
+            counting: match self.counting {
+                CountingArg::Upstream => Counting::Upstream,
+                CountingArg::Tollgate => Counting::Tollgate,
+            },
+            stop_increment_when_over: self.stop_cache_key_increment_when_overlimit,
+            global_shadow: self.shadow_mode,
+            near_limit_ratio: self.near_limit_ratio,
+            limit_headers: self.limit_response_headers_enabled.then(|| LimitHeaders {
+                limit: self.limit_limit_header.clone(),
+                remaining: self.limit_remaining_header.clone(),
+                reset: self.limit_reset_header.clone(),
+            }),
+        }
+    }
 }
 
 /// Runs `tollgate serve`.
@@ -171,6 +256,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         return check(path);
     }
     logs::init(args.log_format, &args.log).map_err(anyhow::Error::msg)?;
+    let answers = args.answers();
     let options = ServeOptions {
         config: args.config,
         watch: !args.no_watch,
@@ -198,6 +284,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             || std::thread::available_parallelism().map_or(1, |n| n.get()),
             usize::from,
         ),
+        answers,
     };
     // The first worker: the other workers are threads of their own.
     let runtime = tokio::runtime::Builder::new_current_thread()

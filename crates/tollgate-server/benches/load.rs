@@ -66,6 +66,7 @@ fn options(dir: &std::path::Path, store: &str) -> ServeOptions {
         limits: ListenerLimits::default(),
         proxy: None,
         workers: 1,
+        answers: Default::default(),
     }
 }
 

@@ -110,7 +110,7 @@ fn code(c: Code) -> &'static str {
 fn limit_out(applied: &AppliedLimit) -> LimitOut<'_> {
     let limit: Option<&Limit> = applied.limit.as_ref();
     LimitOut {
-        name: &applied.name,
+        name: applied.label(),
         algorithm: limit.map(|l| l.algorithm.name()),
         requests_per_unit: limit.map_or(0, |l| l.quota.limit()),
         period_ns: limit.map(|l| l.quota.period_ns()),
@@ -149,6 +149,7 @@ fn parse(body: &[u8]) -> Result<CheckRequest, Box<Response>> {
                 entries: d.entries.into_iter().map(|e| (e.key, e.value)).collect(),
                 hits: d.hits,
                 negative: d.negative,
+                limit: None,
             })
             .collect(),
     })

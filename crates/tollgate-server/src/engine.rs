@@ -19,14 +19,28 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-use std::collections::HashSet;
+use std::borrow::Cow;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
-use tollgate::{Backend, BackendError, Decision, Limit};
+use tollgate::{Algorithm, Backend, BackendError, Decision, Limit, Policy, Quota};
 
-use crate::config::{Action, Config, LimitEntry, StoreErrorMode};
+use crate::answers::{Answers, Counting};
+use crate::config::{Action, Config, LimitEntry, StoreErrorMode, UpstreamLimit};
 use crate::metrics;
+
+const NS_PER_SEC: u64 = 1_000_000_000;
+
+/// A limit sent with the request (`RateLimitDescriptor.limit`), used
+/// instead of the file's, as envoyproxy/ratelimit does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LimitOverride {
+    /// Requests per window.
+    pub requests_per_unit: u64,
+    /// The window, in nanoseconds (a unit: second to year).
+    pub period_ns: u64,
+}
 
 /// One descriptor of a request: its entries and, optionally, its own hits.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -37,6 +51,8 @@ pub struct DescriptorRequest {
     pub hits: Option<u64>,
     /// Give the hits back instead of spending them.
     pub negative: bool,
+    /// The request's own limit for this descriptor, if it sent one.
+    pub limit: Option<LimitOverride>,
 }
 
 impl DescriptorRequest {
@@ -77,11 +93,26 @@ pub enum Code {
 /// The limit a descriptor was decided by.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AppliedLimit {
-    /// The limit's `name`, or its path in the configuration.
-    pub name: String,
+    /// The file's `rate_limit.name`, if it gave one (what
+    /// envoyproxy/ratelimit reports, empty otherwise).
+    pub name: Option<String>,
+    /// The limit's path in the configuration (`domain.key_value`).
+    pub path: String,
+    /// Requests per window, as reported.
+    pub requests_per_unit: u64,
+    /// The window, in nanoseconds (1 s when the file named none).
+    pub period_ns: u64,
     /// The limit that decided (the tightest of a policy's); `None` for a
     /// `requests_per_unit: 0` limit.
     pub limit: Option<Limit>,
+}
+
+impl AppliedLimit {
+    /// The name, or the path when the file gave none: what tollgate's own
+    /// API and `RateLimit` fields call the limit.
+    pub fn label(&self) -> &str {
+        self.name.as_deref().unwrap_or(&self.path)
+    }
 }
 
 /// The verdict on one descriptor, with its numbers.
@@ -94,7 +125,8 @@ pub struct DescriptorStatus {
     pub limit: Option<AppliedLimit>,
     /// Units left; `None` for unlimited.
     pub remaining: Option<u64>,
-    /// Nanoseconds until the key is back to full.
+    /// Nanoseconds until the key is back to full (envoyproxy/ratelimit's
+    /// counting: until its window ends, in whole seconds).
     pub reset_after_ns: u64,
     /// Nanoseconds until a retry can pass (over limit only).
     pub retry_after_ns: Option<u64>,
@@ -115,10 +147,14 @@ impl DescriptorStatus {
 /// The verdict on a request.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CheckResponse {
-    /// Over if any descriptor is over.
+    /// Over if any descriptor is over (envoyproxy/ratelimit's rules for
+    /// `quota_mode` and `SHADOW_MODE` applied).
     pub overall: Code,
     /// One per descriptor, in the request's order.
     pub statuses: Vec<DescriptorStatus>,
+    /// The descriptor closest to its limit, envoyproxy/ratelimit's choice
+    /// for its limit headers: the least remaining, or the last one over.
+    pub closest: Option<usize>,
 }
 
 /// Why a check got no verdict.
@@ -148,14 +184,35 @@ pub enum CheckError {
 pub struct Engine<B> {
     config: ArcSwap<Config>,
     backend: B,
+    answers: Answers,
+}
+
+/// What one descriptor of a request is decided by.
+enum Target<'c> {
+    /// No limit matched (or it was replaced): OK, nothing counted.
+    Nothing,
+    /// `unlimited: true`.
+    Unlimited,
+    /// A limit, counted under `key`.
+    Limited {
+        entry: Cow<'c, LimitEntry>,
+        key: String,
+    },
 }
 
 impl<B: Backend> Engine<B> {
-    /// An engine deciding `config` in `backend`.
+    /// An engine deciding `config` in `backend`, answering as
+    /// envoyproxy/ratelimit does.
     pub fn new(config: Config, backend: B) -> Self {
+        Engine::with_answers(config, backend, Answers::default())
+    }
+
+    /// An engine answering by `answers`.
+    pub fn with_answers(config: Config, backend: B, answers: Answers) -> Self {
         Engine {
             config: ArcSwap::from_pointee(config),
             backend,
+            answers,
         }
     }
 
@@ -175,6 +232,11 @@ impl<B: Backend> Engine<B> {
         &self.backend
     }
 
+    /// How the engine answers.
+    pub fn answers(&self) -> &Answers {
+        &self.answers
+    }
+
     /// Decides `request`: each descriptor on its own, as envoyproxy/ratelimit.
     pub async fn check(&self, request: &CheckRequest) -> Result<CheckResponse, CheckError> {
         if request.domain.is_empty() {
@@ -192,107 +254,401 @@ impl<B: Backend> Engine<B> {
         }
         // Held to the end, so a reload never changes a request midway.
         let config = self.config.load_full();
-        let matched: Vec<Option<&Arc<LimitEntry>>> = request
+        let targets = targets(&config, request);
+        let hits: Vec<u64> = request
             .descriptors
             .iter()
-            .map(|d| config.lookup(&request.domain, &d.entries))
+            .map(|d| d.hits.unwrap_or(request.hits.max(1)))
             .collect();
-        let replaced: HashSet<&str> = matched
-            .iter()
-            .flatten()
-            .flat_map(|e| e.replaces.iter().map(String::as_str))
-            .collect();
-        let mut statuses = Vec::with_capacity(matched.len());
-        for (descriptor, entry) in request.descriptors.iter().zip(matched) {
-            let entry = entry.filter(|e| !e.name.as_deref().is_some_and(|n| replaced.contains(n)));
-            let status = match entry {
-                None => DescriptorStatus::unlimited_ok(Some(0)),
-                Some(entry) => {
-                    self.decide(&request.domain, request.hits, descriptor, entry)
+        let charges = self.charges(&targets, request, &hits).await;
+        let mut statuses = Vec::with_capacity(targets.len());
+        for (i, target) in targets.iter().enumerate() {
+            let descriptor = &request.descriptors[i];
+            let status = match target {
+                Target::Nothing => DescriptorStatus::unlimited_ok(Some(0)),
+                Target::Unlimited => DescriptorStatus::unlimited_ok(None),
+                Target::Limited { entry, key } => {
+                    self.decide(key, hits[i], charges[i], descriptor, entry)
                         .await?
                 }
             };
             statuses.push(status);
         }
-        let overall = if statuses.iter().any(|s| s.code == Code::OverLimit) {
-            Code::OverLimit
-        } else {
-            Code::Ok
-        };
-        Ok(CheckResponse { overall, statuses })
+        let overall = self.overall(&targets, request, &statuses);
+        Ok(CheckResponse {
+            overall,
+            closest: closest(&targets, &statuses),
+            statuses,
+        })
+    }
+
+    /// What each descriptor counted in envoyproxy/ratelimit's way is
+    /// charged: its hits, unless `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`
+    /// is set and another descriptor would go over (then only those that
+    /// would go over are charged, as upstream does, after reading them).
+    async fn charges(
+        &self,
+        targets: &[Target<'_>],
+        request: &CheckRequest,
+        hits: &[u64],
+    ) -> Vec<u64> {
+        let mut charges = hits.to_vec();
+        if !self.answers.stop_increment_when_over || self.answers.counting != Counting::Upstream {
+            return charges;
+        }
+        let mut would_go_over = vec![false; targets.len()];
+        for (i, target) in targets.iter().enumerate() {
+            let Target::Limited { entry, key } = target else {
+                continue;
+            };
+            let Some(upstream) = &entry.upstream else {
+                continue;
+            };
+            if request.descriptors[i].negative {
+                continue;
+            }
+            // A failed read is left to the charge, which meets the failure
+            // again and answers it by the limit's `on_store_error`.
+            if let Ok(now) = self.backend.check(key, &upstream.counting, 0).await {
+                would_go_over[i] = now.remaining <= hits[i];
+            }
+        }
+        if would_go_over.contains(&true) {
+            for (charge, over) in charges.iter_mut().zip(&would_go_over) {
+                if !over {
+                    *charge = 0;
+                }
+            }
+        }
+        charges
     }
 
     async fn decide(
         &self,
-        domain: &str,
-        request_hits: u64,
+        key: &str,
+        hits: u64,
+        charge: u64,
         descriptor: &DescriptorRequest,
         entry: &LimitEntry,
     ) -> Result<DescriptorStatus, CheckError> {
         let label = metrics::Label::new(entry, &descriptor.entries);
-        let hits = descriptor.hits.unwrap_or(request_hits.max(1));
+        if self.answers.counting == Counting::Upstream {
+            if let Some(upstream) = &entry.upstream {
+                return self
+                    .count(
+                        key,
+                        hits,
+                        charge,
+                        descriptor.negative,
+                        entry,
+                        upstream,
+                        &label,
+                    )
+                    .await;
+            }
+        }
         let policy = match &entry.action {
             Action::Unlimited => return Ok(DescriptorStatus::unlimited_ok(None)),
             Action::Block => {
                 label.decided(hits, false, false, entry.shadow);
-                let code = if entry.shadow {
-                    Code::Ok
-                } else {
-                    Code::OverLimit
-                };
+                let period_ns = entry.upstream.as_ref().map(|u| u.period_ns);
                 return Ok(DescriptorStatus {
-                    code,
-                    limit: Some(applied(entry, None)),
+                    code: shadowed(Code::OverLimit, entry.shadow),
+                    limit: Some(applied(entry, 0, period_ns, None)),
                     remaining: Some(0),
-                    reset_after_ns: 0,
+                    reset_after_ns: period_ns.map_or(0, |p| whole_seconds(unit_reset_now(p), p)),
                     retry_after_ns: None,
                 });
             }
             Action::Limit(policy) => policy,
         };
-        let key = store_key(domain, &descriptor.entries);
         let result = if descriptor.negative {
-            self.backend.refund(&key, policy, hits).await
+            self.backend.refund(key, policy, hits).await
         } else {
-            self.backend.check(&key, policy, hits).await
+            self.backend.check(key, policy, hits).await
         };
         let decision = match result {
             Ok(decision) => decision,
-            Err(source) => {
-                label.store_error();
-                tracing::warn!(limit = %entry.path, error = %source, "store error");
-                return match entry.on_store_error {
-                    StoreErrorMode::Open => Ok(DescriptorStatus::unlimited_ok(Some(0))),
-                    StoreErrorMode::Closed => Err(CheckError::Store {
-                        path: entry.path.clone(),
-                        source,
-                    }),
-                };
-            }
+            Err(source) => return store_failed(entry, &label, source),
         };
         let tight = tightest(policy.limits(), &decision);
-        let near = decision.allowed && near_limit(&decision);
+        let used = decision.limit.saturating_sub(decision.remaining);
+        let near = decision.allowed && used > self.answers.near_threshold(decision.limit);
         label.decided(hits, decision.allowed, near, entry.shadow);
-        let code = if decision.allowed || entry.shadow {
+        let code = if decision.allowed {
             Code::Ok
         } else {
             Code::OverLimit
         };
         Ok(DescriptorStatus {
-            code,
-            limit: Some(applied(entry, Some(tight))),
+            code: shadowed(code, entry.shadow),
+            limit: Some(applied(
+                entry,
+                tight.quota.limit(),
+                Some(tight.quota.period_ns()),
+                Some(tight),
+            )),
             remaining: Some(decision.remaining),
             reset_after_ns: decision.reset_after,
             retry_after_ns: (!decision.allowed)
                 .then(|| decision.retry_after.as_nanos().unwrap_or(u64::MAX)),
         })
     }
+
+    /// envoyproxy/ratelimit's counting, in one atomic store call: every
+    /// hit is charged to a window one larger than the limit, so what is
+    /// left there tells a count past the limit (over, 0 left) from one at
+    /// it (OK, 0 left).
+    #[allow(clippy::too_many_arguments)]
+    async fn count(
+        &self,
+        key: &str,
+        hits: u64,
+        charge: u64,
+        negative: bool,
+        entry: &LimitEntry,
+        upstream: &UpstreamLimit,
+        label: &metrics::Label,
+    ) -> Result<DescriptorStatus, CheckError> {
+        let result = if negative {
+            self.backend.refund(key, &upstream.counting, hits).await
+        } else {
+            self.backend.force(key, &upstream.counting, charge).await
+        };
+        let decision = match result {
+            Ok(decision) => decision,
+            Err(source) => return store_failed(entry, label, source),
+        };
+        let over = decision.remaining == 0;
+        let remaining = decision.remaining.saturating_sub(1);
+        let count = upstream.requests_per_unit - remaining;
+        let near = !over && count > self.answers.near_threshold(upstream.requests_per_unit);
+        label.decided(hits, !over, near, entry.shadow);
+        let reset = if decision.reset_after > 0 {
+            decision.reset_after
+        } else {
+            unit_reset_now(upstream.period_ns)
+        };
+        let reset = whole_seconds(reset, upstream.period_ns);
+        let code = if over { Code::OverLimit } else { Code::Ok };
+        Ok(DescriptorStatus {
+            code: shadowed(code, entry.shadow),
+            limit: Some(applied(
+                entry,
+                upstream.requests_per_unit,
+                Some(upstream.period_ns),
+                single_limit(&entry.action),
+            )),
+            remaining: Some(remaining),
+            reset_after_ns: reset,
+            retry_after_ns: over.then_some(reset),
+        })
+    }
+
+    /// The request's verdict, by envoyproxy/ratelimit's rules: over when a
+    /// descriptor outside `quota_mode` is over, or when every group of
+    /// `quota_mode` descriptors is; always OK under `SHADOW_MODE`.
+    fn overall(
+        &self,
+        targets: &[Target<'_>],
+        request: &CheckRequest,
+        statuses: &[DescriptorStatus],
+    ) -> Code {
+        let mut failed = false;
+        let mut quota_groups: HashMap<String, bool> = HashMap::new();
+        for (i, (target, status)) in targets.iter().zip(statuses).enumerate() {
+            let over = status.code == Code::OverLimit;
+            let quota = matches!(target, Target::Limited { entry, .. } if entry.quota_mode);
+            if quota {
+                let group = quota_group(&request.descriptors[i].entries);
+                *quota_groups.entry(group).or_default() |= over;
+            } else {
+                failed |= over;
+            }
+        }
+        let quotas_over = !quota_groups.is_empty() && quota_groups.values().all(|&over| over);
+        if (failed || quotas_over) && !self.answers.global_shadow {
+            Code::OverLimit
+        } else {
+            Code::Ok
+        }
+    }
 }
 
-fn applied(entry: &LimitEntry, limit: Option<Limit>) -> AppliedLimit {
+/// What each descriptor is decided by: the request's own limit in a known
+/// domain, else the file's (unless another matched limit replaces it).
+fn targets<'c>(config: &'c Config, request: &CheckRequest) -> Vec<Target<'c>> {
+    let domain = &request.domain;
+    let mut targets: Vec<Target<'c>> = request
+        .descriptors
+        .iter()
+        .map(|d| match (d.limit, config.has_domain(domain)) {
+            (Some(limit), true) => Target::Limited {
+                entry: Cow::Owned(override_entry(domain, &d.entries, limit)),
+                key: store_key(domain, &d.entries),
+            },
+            _ => match config.lookup(domain, &d.entries) {
+                None => Target::Nothing,
+                Some(m) if m.entry.action == Action::Unlimited => Target::Unlimited,
+                Some(m) => Target::Limited {
+                    entry: Cow::Borrowed(m.entry.as_ref()),
+                    key: store_key(domain, &m.counter_entries),
+                },
+            },
+        })
+        .collect();
+    // As upstream: unlimited limits replace too.
+    let replaced: HashSet<String> = request
+        .descriptors
+        .iter()
+        .filter(|d| d.limit.is_none())
+        .filter_map(|d| config.lookup(domain, &d.entries))
+        .flat_map(|m| m.entry.replaces.iter().cloned())
+        .collect();
+    for target in &mut targets {
+        if let Target::Limited { entry, .. } = target {
+            if entry.name.as_ref().is_some_and(|n| replaced.contains(n)) {
+                *target = Target::Nothing;
+            }
+        }
+    }
+    targets
+}
+
+/// The limit a request sent, as a file's would be: no name, a path built
+/// from the request's entries (as envoyproxy/ratelimit names its
+/// statistics), never in shadow mode.
+fn override_entry(domain: &str, entries: &[(String, String)], limit: LimitOverride) -> LimitEntry {
+    let mut path = domain.to_string();
+    for (k, v) in entries {
+        path.push('.');
+        path.push_str(&crate::config::composite(k, Some(v)));
+    }
+    let quota = Quota::with_parts(
+        limit.requests_per_unit,
+        limit.period_ns,
+        limit.requests_per_unit,
+    );
+    let action = match quota {
+        Ok(quota) => Action::Limit(Policy::new(Limit::new(Algorithm::FixedWindow, quota))),
+        Err(_) => Action::Block,
+    };
+    LimitEntry {
+        path,
+        name: None,
+        replaces: Vec::new(),
+        action,
+        shadow: false,
+        detailed_metric: false,
+        on_store_error: StoreErrorMode::Open,
+        quota_mode: false,
+        upstream: UpstreamLimit::new(limit.requests_per_unit, limit.period_ns),
+    }
+}
+
+/// envoyproxy/ratelimit's quota group of a descriptor: its
+/// `backend_name` and `model_name_override` entries when it has either,
+/// else all its entries.
+fn quota_group(entries: &[(String, String)]) -> String {
+    let find = |name: &str| {
+        entries
+            .iter()
+            .find(|(k, _)| k == name)
+            .map_or("", |(_, v)| v.as_str())
+    };
+    let (backend, model) = (find("backend_name"), find("model_name_override"));
+    if !backend.is_empty() || !model.is_empty() {
+        return format!("{backend}|{model}");
+    }
+    entries.iter().map(|(k, v)| format!("{k}={v};")).collect()
+}
+
+/// The descriptor envoyproxy/ratelimit's limit headers describe: among
+/// the limited ones, the least remaining; a descriptor over its limit
+/// (outside `quota_mode`) takes the place, the last one winning.
+fn closest(targets: &[Target<'_>], statuses: &[DescriptorStatus]) -> Option<usize> {
+    let mut best: Option<(usize, u64)> = None;
+    for (i, (target, status)) in targets.iter().zip(statuses).enumerate() {
+        if status.limit.is_none() {
+            continue;
+        }
+        let remaining = status.remaining.unwrap_or(u64::MAX);
+        let quota = matches!(target, Target::Limited { entry, .. } if entry.quota_mode);
+        if status.code == Code::OverLimit && !quota {
+            best = Some((i, 0));
+        } else if best.is_none_or(|(_, least)| remaining < least) {
+            best = Some((i, remaining));
+        }
+    }
+    best.map(|(i, _)| i)
+}
+
+fn store_failed(
+    entry: &LimitEntry,
+    label: &metrics::Label,
+    source: BackendError,
+) -> Result<DescriptorStatus, CheckError> {
+    label.store_error();
+    tracing::warn!(limit = %entry.path, error = %source, "store error");
+    match entry.on_store_error {
+        StoreErrorMode::Open => Ok(DescriptorStatus::unlimited_ok(Some(0))),
+        StoreErrorMode::Closed => Err(CheckError::Store {
+            path: entry.path.clone(),
+            source,
+        }),
+    }
+}
+
+/// A limit in `shadow_mode` is never over.
+fn shadowed(code: Code, shadow: bool) -> Code {
+    if shadow {
+        Code::Ok
+    } else {
+        code
+    }
+}
+
+/// The single limit of a one-limit policy (what tollgate's API details).
+fn single_limit(action: &Action) -> Option<Limit> {
+    match action {
+        Action::Limit(policy) => policy.limits().first().copied(),
+        _ => None,
+    }
+}
+
+fn applied(
+    entry: &LimitEntry,
+    requests_per_unit: u64,
+    period_ns: Option<u64>,
+    limit: Option<Limit>,
+) -> AppliedLimit {
     AppliedLimit {
-        name: entry.name.clone().unwrap_or_else(|| entry.path.clone()),
+        name: entry.name.clone(),
+        path: entry.path.clone(),
+        requests_per_unit,
+        period_ns: period_ns.unwrap_or(NS_PER_SEC),
         limit,
+    }
+}
+
+/// Nanoseconds from now to the end of the current `period_ns` window,
+/// windows aligned on the Unix epoch: envoyproxy/ratelimit's reset time,
+/// for a key nothing was counted in yet.
+fn unit_reset_now(period_ns: u64) -> u64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+    period_ns - now % period_ns.max(1)
+}
+
+/// A reset rounded up to whole seconds, as envoyproxy/ratelimit counts
+/// (its clock reads whole seconds); a period that is not whole seconds
+/// keeps its nanoseconds.
+fn whole_seconds(reset_ns: u64, period_ns: u64) -> u64 {
+    if period_ns.is_multiple_of(NS_PER_SEC) {
+        reset_ns.div_ceil(NS_PER_SEC) * NS_PER_SEC
+    } else {
+        reset_ns
     }
 }
 
@@ -303,11 +659,6 @@ fn tightest(limits: &[Limit], decision: &Decision) -> Limit {
         .copied()
         .find(|l| l.capacity() == decision.limit)
         .unwrap_or(limits[0])
-}
-
-/// envoyproxy/ratelimit's near-limit mark: 80 % of the limit used.
-fn near_limit(decision: &Decision) -> bool {
-    decision.remaining.saturating_mul(5) < decision.limit
 }
 
 /// The store key of a descriptor: domain and entries, each part escaped so

@@ -1,10 +1,11 @@
 //! Envoy's rate limit service, v3: `ShouldRateLimit` over the [`Engine`],
 //! with the types of the `envoy-types` crate.
 //!
-//! Beyond envoyproxy/ratelimit: every algorithm and any period. A limit
-//! whose period is a whole unit (second to year) reports that unit in
-//! `current_limit`; any other period reports `UNKNOWN` with the exact
-//! numbers in the `RateLimit-Policy` field of `response_headers_to_add`.
+//! Answers are envoyproxy/ratelimit's by default (see [`crate::answers`]).
+//! Beyond it: every algorithm and any period. A limit whose period is a
+//! whole unit (second to year) reports that unit in `current_limit`; any
+//! other period reports `UNKNOWN`, and with tollgate's counting the exact
+//! numbers go in the `RateLimit-Policy` field of `response_headers_to_add`.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -23,7 +24,10 @@ use tollgate::Backend;
 use tollgate_http::fields::{self, LimitItem, PolicyItem};
 use tonic::{Request, Response, Status};
 
-use crate::engine::{CheckError, CheckRequest, CheckResponse, Code, DescriptorRequest, Engine};
+use crate::answers::{Answers, Counting};
+use crate::engine::{
+    CheckError, CheckRequest, CheckResponse, Code, DescriptorRequest, Engine, LimitOverride,
+};
 use crate::metrics;
 
 const NS_PER_SEC: u64 = 1_000_000_000;
@@ -34,26 +38,106 @@ pub struct RlsService<B> {
 }
 
 impl<B: Backend + 'static> RlsService<B> {
-    /// The tonic server for `engine`.
-    pub fn server(engine: Arc<Engine<B>>) -> RateLimitServiceServer<Self> {
-        RateLimitServiceServer::new(RlsService { engine })
+    /// The tonic server for `engine`, answering a request it cannot decode
+    /// with `INVALID_ARGUMENT` (tonic's own answer is `INTERNAL`).
+    pub fn server(engine: Arc<Engine<B>>) -> DecodeErrorsAreInvalid<RateLimitServiceServer<Self>> {
+        DecodeErrorsAreInvalid(RateLimitServiceServer::new(RlsService { engine }))
     }
 }
 
-fn to_check(request: RateLimitRequest) -> CheckRequest {
-    CheckRequest {
-        domain: request.domain,
-        hits: u64::from(request.hits_addend),
-        descriptors: request
-            .descriptors
-            .into_iter()
-            .map(|d| DescriptorRequest {
+/// Rewrites tonic's answer to a body that is not the request message
+/// (`INTERNAL`, "failed to decode Protobuf message") to `INVALID_ARGUMENT`:
+/// the client sent bad input, the server did not fail.
+#[derive(Clone)]
+pub struct DecodeErrorsAreInvalid<S>(S);
+
+impl<S: tonic::server::NamedService> tonic::server::NamedService for DecodeErrorsAreInvalid<S> {
+    const NAME: &'static str = S::NAME;
+}
+
+impl<S, Req, ResBody> tower::Service<Req> for DecodeErrorsAreInvalid<S>
+where
+    S: tower::Service<Req, Response = http::Response<ResBody>>,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future =
+        std::pin::Pin<Box<dyn std::future::Future<Output = Result<S::Response, S::Error>> + Send>>;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), S::Error>> {
+        self.0.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Req) -> Self::Future {
+        let answer = self.0.call(request);
+        Box::pin(async move {
+            let mut response = answer.await?;
+            let headers = response.headers_mut();
+            let internal = headers
+                .get("grpc-status")
+                .is_some_and(|s| s.as_bytes() == b"13");
+            let undecodable = headers
+                .get("grpc-message")
+                .is_some_and(|m| m.as_bytes().starts_with(b"failed to decode"));
+            if internal && undecodable {
+                headers.insert("grpc-status", http::HeaderValue::from_static("3"));
+            }
+            Ok(response)
+        })
+    }
+}
+
+/// The window of a unit of Envoy's API (`RateLimitResponse.RateLimit.Unit`,
+/// whose numbers the request's `RateLimitUnit` shares); `None` for UNKNOWN.
+fn unit_period(unit: i32) -> Option<u64> {
+    let seconds = match Unit::try_from(unit).ok()? {
+        Unit::Unknown => return None,
+        Unit::Second => 1,
+        Unit::Minute => 60,
+        Unit::Hour => 3_600,
+        Unit::Day => 86_400,
+        Unit::Week => 604_800,
+        Unit::Month => 2_592_000,
+        Unit::Year => 31_536_000,
+    };
+    Some(seconds * NS_PER_SEC)
+}
+
+fn to_check(request: RateLimitRequest) -> Result<CheckRequest, Status> {
+    let descriptors = request
+        .descriptors
+        .into_iter()
+        .enumerate()
+        .map(|(i, d)| {
+            let limit = match d.limit {
+                None => None,
+                Some(l) => Some(LimitOverride {
+                    requests_per_unit: u64::from(l.requests_per_unit),
+                    period_ns: unit_period(l.unit).ok_or_else(|| {
+                        Status::invalid_argument(format!(
+                            "descriptor {i}: the limit's unit {} is not a known unit",
+                            l.unit
+                        ))
+                    })?,
+                }),
+            };
+            Ok(DescriptorRequest {
                 entries: d.entries.into_iter().map(|e| (e.key, e.value)).collect(),
                 hits: d.hits_addend.map(|h| h.value),
                 negative: d.is_negative_hits,
+                limit,
             })
-            .collect(),
-    }
+        })
+        .collect::<Result<_, Status>>()?;
+    Ok(CheckRequest {
+        domain: request.domain,
+        hits: u64::from(request.hits_addend),
+        descriptors,
+    })
 }
 
 fn unit_of(period_ns: u64) -> Unit {
@@ -89,7 +173,7 @@ fn header(key: &str, value: String) -> HeaderValue {
     }
 }
 
-fn to_response(answer: CheckResponse) -> RateLimitResponse {
+fn to_response(answer: CheckResponse, answers: &Answers) -> RateLimitResponse {
     let mut policies = Vec::new();
     let mut limits = Vec::new();
     let mut retry_after: Option<u64> = None;
@@ -106,25 +190,20 @@ fn to_response(answer: CheckResponse) -> RateLimitResponse {
                 ..PbStatus::default()
             };
             if let Some(applied) = &s.limit {
-                let (requests, period) = applied
-                    .limit
-                    .map_or((0, NS_PER_SEC), |l| (l.quota.limit(), l.quota.period_ns()));
+                let (requests, period) = (applied.requests_per_unit, applied.period_ns);
                 status.current_limit = Some(PbLimit {
-                    name: applied.name.clone(),
+                    name: applied.name.clone().unwrap_or_default(),
                     requests_per_unit: saturate_u32(requests),
                     unit: unit_of(period) as i32,
                 });
                 status.duration_until_reset = Some(duration(s.reset_after_ns));
-                if fields::valid_name(&applied.name) {
-                    policies.push((applied.name.as_str(), requests, period));
-                    limits.push((
-                        applied.name.as_str(),
-                        s.remaining.unwrap_or(0),
-                        s.reset_after_ns,
-                    ));
+                let label = applied.label();
+                if answers.counting == Counting::Tollgate && fields::valid_name(label) {
+                    policies.push((label, requests, period));
+                    limits.push((label, s.remaining.unwrap_or(0), s.reset_after_ns));
                 }
             }
-            if s.code == Code::OverLimit {
+            if s.code == Code::OverLimit && answers.counting == Counting::Tollgate {
                 let wait = s.retry_after_ns.unwrap_or(s.reset_after_ns);
                 retry_after = Some(retry_after.map_or(wait, |w| w.max(wait)));
             }
@@ -161,6 +240,18 @@ fn to_response(answer: CheckResponse) -> RateLimitResponse {
             fields::retry_after_secs(wait).to_string(),
         ));
     }
+    if let (Some(names), Some(i)) = (&answers.limit_headers, answer.closest) {
+        let s = &answer.statuses[i];
+        if let Some(applied) = &s.limit {
+            let reset = s.reset_after_ns.div_ceil(NS_PER_SEC);
+            headers.push(header(&names.limit, applied.requests_per_unit.to_string()));
+            headers.push(header(
+                &names.remaining,
+                saturate_u32(s.remaining.unwrap_or(0)).to_string(),
+            ));
+            headers.push(header(&names.reset, reset.to_string()));
+        }
+    }
     let overall = match answer.overall {
         Code::Ok => PbCode::Ok,
         Code::OverLimit => PbCode::OverLimit,
@@ -188,11 +279,12 @@ impl<B: Backend + 'static> RateLimitService for RlsService<B> {
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
         let started = Instant::now();
-        let check = to_check(request.into_inner());
+        let check = to_check(request.into_inner())?;
         let answer = self.engine.check(&check).await;
         metrics::decision_time("grpc", started);
+        let answers = self.engine.answers();
         answer
-            .map(|a| Response::new(to_response(a)))
+            .map(|a| Response::new(to_response(a, answers)))
             .map_err(to_status)
     }
 }

@@ -3,6 +3,7 @@
 //! - [`config`]: the YAML file (envoyproxy/ratelimit descriptors as they
 //!   are, plus tollgate's extensions and the proxy mode's HTTP rules);
 
+pub mod answers;
 pub mod api;
 pub mod config;
 pub mod engine;

@@ -53,6 +53,8 @@ pub struct ServeOptions {
     /// the module's documentation); 0 counts as 1, which serves everything
     /// on the caller's runtime.
     pub workers: usize,
+    /// How answers are computed (envoyproxy/ratelimit's by default).
+    pub answers: crate::answers::Answers,
 }
 
 /// Reverse proxy mode: where to listen, where to forward.
@@ -235,7 +237,11 @@ pub async fn start(options: ServeOptions) -> Result<Running, ServeError> {
     };
     metrics::config_load(true);
     let backend = store::connect(&options.store, &options.prefix, options.store_timeout).await?;
-    let engine = Arc::new(Engine::new(config, Arc::new(backend)));
+    let engine = Arc::new(Engine::with_answers(
+        config,
+        Arc::new(backend),
+        options.answers.clone(),
+    ));
     let workers = options.workers.max(1);
     // One proxy per worker: its upstream connections are driven by the
     // runtime of the requests sent on them. Built before anything listens,

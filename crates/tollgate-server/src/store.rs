@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use tollgate::{Backend, BackendError, Decision, Lease, MemoryBackend, Policy};
+use tollgate::{Backend, BackendError, Decision, Lease, MemoryBackend, Policy, UnixClock};
 use tollgate_postgres::{PostgresBackend, PostgresConfig};
 use tollgate_redis::{redact, RedisBackend, RedisConfig, CLUSTER_SCHEME};
 
@@ -18,8 +18,10 @@ pub const DEFAULT_STORE_TIMEOUT: Duration = tollgate_redis::DEFAULT_TIMEOUT;
 
 /// One of the stores, picked at start.
 pub enum AnyBackend {
-    /// In this process: fast, not shared between instances.
-    Memory(MemoryBackend),
+    /// In this process: fast, not shared between instances. Its clock
+    /// counts from the Unix epoch, so fixed windows start on their unit's
+    /// boundaries as in the shared stores.
+    Memory(MemoryBackend<UnixClock>),
     /// Redis or Redis Cluster, shared by every instance.
     Redis(RedisBackend),
     /// PostgreSQL, shared by every instance.
@@ -41,7 +43,9 @@ pub enum StoreError {
 /// and each call on the request path gives up after `timeout`.
 pub async fn connect(url: &str, prefix: &str, timeout: Duration) -> Result<AnyBackend, StoreError> {
     if url == "memory" || url == "memory://" {
-        return Ok(AnyBackend::Memory(MemoryBackend::new()));
+        return Ok(AnyBackend::Memory(MemoryBackend::with_clock(
+            UnixClock::new(),
+        )));
     }
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         let backend = PostgresConfig::new(url)

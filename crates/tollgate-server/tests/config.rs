@@ -23,8 +23,11 @@ fn envoy_ratelimit_file_loads_as_is_and_matches_by_its_rules() {
     );
     let config = Config::load(std::path::Path::new(path)).unwrap();
     let d = "edge_proxy_per_ip";
-    let path_of =
-        |pairs: &[(&str, &str)]| config.lookup(d, &entries(pairs)).map(|e| e.path.clone());
+    let path_of = |pairs: &[(&str, &str)]| {
+        config
+            .lookup(d, &entries(pairs))
+            .map(|m| m.entry.path.clone())
+    };
     // An exact value wins over the key alone; the key alone takes any value.
     assert_eq!(
         path_of(&[("remote_address", "10.0.0.1")]).unwrap(),
@@ -56,16 +59,24 @@ fn envoy_ratelimit_file_loads_as_is_and_matches_by_its_rules() {
         .is_none());
     let nested = config
         .lookup(d, &entries(&[("client_id", "foo"), ("path", "/foo/bar")]))
-        .unwrap();
+        .unwrap()
+        .entry;
     assert!(nested.shadow && nested.detailed_metric);
     assert_eq!(nested.name.as_deref(), Some("client_foo_bar"));
-    let health = config.lookup(d, &entries(&[("path", "/health")])).unwrap();
+    let health = config
+        .lookup(d, &entries(&[("path", "/health")]))
+        .unwrap()
+        .entry;
     assert_eq!(health.action, Action::Unlimited);
-    let blocked = config.lookup(d, &entries(&[("blocked", "x")])).unwrap();
+    let blocked = config
+        .lookup(d, &entries(&[("blocked", "x")]))
+        .unwrap()
+        .entry;
     assert_eq!(blocked.action, Action::Block);
     let per_ip = config
         .lookup(d, &entries(&[("remote_address", "10.0.0.9")]))
-        .unwrap();
+        .unwrap()
+        .entry;
     let fixed = Limit::new(Algorithm::FixedWindow, Quota::per_second(10).unwrap());
     assert_eq!(per_ip.action, Action::Limit(Policy::new(fixed)));
 }

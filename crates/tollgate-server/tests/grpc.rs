@@ -11,6 +11,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::UInt64Value;
+use tollgate_server::answers::Counting;
 use tonic::transport::Channel;
 
 const CONFIG: &str = "
@@ -66,6 +67,12 @@ fn request(descriptors: Vec<RateLimitDescriptor>, hits: u32) -> RateLimitRequest
     }
 }
 
+/// A server counting tollgate's way (refusals cost nothing, RateLimit
+/// fields in the answer), which these cases describe.
+async fn start_tollgate() -> support::TestServer {
+    support::start_with(CONFIG, |o| o.answers.counting = Counting::Tollgate).await
+}
+
 async fn client(server: &support::TestServer) -> RateLimitServiceClient<Channel> {
     RateLimitServiceClient::connect(server.grpc_url())
         .await
@@ -85,7 +92,7 @@ fn header<'a>(res: &'a RateLimitResponse, name: &str) -> Option<&'a str> {
 
 #[tokio::test]
 async fn fixed_window_counts_and_answers_with_its_numbers() {
-    let server = support::start(CONFIG).await;
+    let server = start_tollgate().await;
     let mut c = client(&server).await;
     let one = || request(vec![descriptor(&[("user", "ada")])], 1);
     let first = ask(&mut c, one()).await;
@@ -96,7 +103,9 @@ async fn fixed_window_counts_and_answers_with_its_numbers() {
         (limit.requests_per_unit, limit.unit),
         (2, Unit::Minute as i32)
     );
-    assert_eq!(limit.name, "rl.user");
+    // The file's `rate_limit.name`, empty when it gives none (the
+    // RateLimit fields name it by its path).
+    assert_eq!(limit.name, "");
     assert_eq!(s.limit_remaining, 1);
     let reset = s.duration_until_reset.unwrap();
     assert!(reset.seconds > 0 && reset.seconds <= 60, "{reset:?}");
@@ -224,7 +233,7 @@ async fn shadow_mode_is_counted_never_enforced() {
 
 #[tokio::test]
 async fn hits_addend_zero_counts_one_and_above_the_limit_is_over() {
-    let server = support::start(CONFIG).await;
+    let server = start_tollgate().await;
     let mut c = client(&server).await;
     // 0 on the request is "not set": one hit, as Envoy's API says.
     let zero = ask(&mut c, request(vec![descriptor(&[("user", "z")])], 0)).await;
@@ -254,7 +263,7 @@ async fn hits_addend_zero_counts_one_and_above_the_limit_is_over() {
 
 #[tokio::test]
 async fn any_algorithm_and_period_and_a_blocking_zero() {
-    let server = support::start(CONFIG).await;
+    let server = start_tollgate().await;
     let mut c = client(&server).await;
     let res = ask(&mut c, request(vec![descriptor(&[("bucket", "k")])], 1)).await;
     let limit = res.statuses[0].current_limit.as_ref().unwrap();

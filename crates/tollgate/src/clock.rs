@@ -96,6 +96,55 @@ impl AsyncClock for MonotonicClock {
     }
 }
 
+/// A [`MonotonicClock`] whose time 0 is the Unix epoch: read once from the
+/// system clock at creation, then advanced by the monotonic clock. A fixed
+/// window of a whole unit then starts on that unit's boundary (each minute
+/// at :00), as in every shared store and in envoyproxy/ratelimit, rather
+/// than at the process's start.
+#[derive(Clone, Debug)]
+pub struct UnixClock {
+    monotonic: MonotonicClock,
+    origin: u64,
+}
+
+impl UnixClock {
+    /// A clock reading the nanoseconds since the Unix epoch.
+    pub fn new() -> Self {
+        let since_epoch = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX / 2));
+        UnixClock {
+            monotonic: MonotonicClock::new(),
+            origin: since_epoch,
+        }
+    }
+}
+
+impl Default for UnixClock {
+    fn default() -> Self {
+        UnixClock::new()
+    }
+}
+
+impl Clock for UnixClock {
+    #[inline]
+    fn now(&self) -> u64 {
+        self.origin.saturating_add(self.monotonic.now())
+    }
+
+    #[inline]
+    fn reorder_window(&self) -> u64 {
+        self.monotonic.reorder_window()
+    }
+}
+
+#[cfg(feature = "async")]
+impl AsyncClock for UnixClock {
+    fn sleep(&self, duration: Duration) -> impl Future<Output = ()> + Send {
+        self.monotonic.sleep(duration)
+    }
+}
+
 /// A clock that moves only when told to, for tests.
 ///
 /// Clones share the same time. [`FakeClock::advance`] and [`FakeClock::set`]

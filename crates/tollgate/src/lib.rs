@@ -81,7 +81,7 @@ pub use batched::{BatchConfig, BatchStats, Batched};
 pub use breaker::{Breaker, BreakerConfig, BreakerState, CallPermit};
 #[cfg(feature = "async")]
 pub use clock::AsyncClock;
-pub use clock::{Clock, FakeClock, MonotonicClock};
+pub use clock::{Clock, FakeClock, MonotonicClock, UnixClock};
 pub use concurrency::{AtCapacity, ConcurrencyLimiter, Permit};
 pub use limiter::{Limiter, LimiterBuilder, LimiterFull, OnFull, Reservation, WaitError};
 #[cfg(feature = "async")]

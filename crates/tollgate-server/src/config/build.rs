@@ -9,7 +9,7 @@ use tollgate::{Algorithm, Limit, Policy, Quota};
 use tollgate_http::{Key, OnStoreError as HttpStoreError, Rule};
 
 use super::raw::{self, QuotaSpec, StoreErrorMode};
-use super::{describe, Action, Config, ConfigError, LimitEntry, Node};
+use super::{describe, tree, Action, Config, ConfigError, LimitEntry, Node, UpstreamLimit};
 
 const NS_PER_SEC: u64 = 1_000_000_000;
 
@@ -100,15 +100,24 @@ impl Builder<'_> {
         if key.is_empty() {
             return Err(self.error(at, "the descriptor's key is empty"));
         }
-        let path = match &d.value {
-            Some(value) => format!("{parent_path}.{key}_{value}"),
-            None => format!("{parent_path}.{key}"),
+        let composite = tree::composite(&key, d.value.as_deref());
+        let path = format!("{parent_path}.{composite}");
+        let wildcard = composite.ends_with('*');
+        if d.share_threshold && !wildcard {
+            return Err(self.error(
+                at,
+                format!("`share_threshold` needs a value ending in `*` (envoyproxy/ratelimit's wildcard), found `{composite}`"),
+            ));
+        }
+        let mut node = Node {
+            share_threshold: d.share_threshold,
+            ..Node::default()
         };
-        let mut node = Node::default();
         if let Some(rate_limit) = d.rate_limit {
             let entry = self.entry(&path, rate_limit, d.shadow_mode, d.detailed_metric)?;
             let entry = Arc::new(LimitEntry {
                 on_store_error: d.on_store_error.unwrap_or_default(),
+                quota_mode: d.quota_mode,
                 ..entry
             });
             self.config.entries.push(Arc::clone(&entry));
@@ -117,22 +126,7 @@ impl Builder<'_> {
         for child in d.descriptors {
             self.descriptor(&mut node, &path, child)?;
         }
-        let duplicate = match d.value {
-            Some(value) => match value.strip_suffix('*') {
-                Some(prefix) => {
-                    let prefix = prefix.to_string();
-                    let seen = parent
-                        .wildcard
-                        .iter()
-                        .any(|(k, p, _)| *k == key && *p == prefix);
-                    parent.wildcard.push((key.clone(), prefix, node));
-                    seen
-                }
-                None => parent.exact.insert((key.clone(), value), node).is_some(),
-            },
-            None => parent.any_value.insert(key.clone(), node).is_some(),
-        };
-        if duplicate {
+        if parent.children.contains_key(&composite) {
             return Err(self.error(
                 at,
                 format!(
@@ -140,6 +134,10 @@ impl Builder<'_> {
                 ),
             ));
         }
+        if wildcard {
+            parent.wildcards.push(composite.clone());
+        }
+        parent.children.insert(composite, node);
         Ok(())
     }
 
@@ -188,6 +186,19 @@ impl Builder<'_> {
         } else {
             Action::Limit(Policy::new(self.limit(&rl.inline(), at)?))
         };
+        let upstream = match &action {
+            Action::Block => match (&rl.unit, &rl.period) {
+                (None, None) => None,
+                _ => UpstreamLimit::new(0, self.period(&rl.inline(), at)?),
+            },
+            Action::Limit(policy) => match policy.limits() {
+                [one] if one.algorithm == Algorithm::FixedWindow => {
+                    UpstreamLimit::new(one.quota.limit(), one.quota.period_ns())
+                }
+                _ => None,
+            },
+            Action::Unlimited => None,
+        };
         Ok(LimitEntry {
             path: path.to_string(),
             name: rl.name,
@@ -196,11 +207,14 @@ impl Builder<'_> {
             shadow,
             detailed_metric,
             on_store_error: StoreErrorMode::Open,
+            quota_mode: false,
+            upstream,
         })
     }
 
-    fn limit(&self, spec: &QuotaSpec, at: Location) -> Result<Limit, ConfigError> {
-        let period = match (&spec.unit, &spec.period) {
+    /// The window a spec names, by `unit` or `period`.
+    fn period(&self, spec: &QuotaSpec, at: Location) -> Result<u64, ConfigError> {
+        Ok(match (&spec.unit, &spec.period) {
             (Some(_), Some(_)) => {
                 return Err(self.error(at, "give either `unit` or `period`, not both"))
             }
@@ -218,7 +232,11 @@ impl Builder<'_> {
                     )
                 })?,
             (None, Some(period)) => parse_period(period).map_err(|m| self.error(at, m))?,
-        };
+        })
+    }
+
+    fn limit(&self, spec: &QuotaSpec, at: Location) -> Result<Limit, ConfigError> {
+        let period = self.period(spec, at)?;
         let Some(limit) = spec.requests_per_unit else {
             return Err(self.error(at, "missing `requests_per_unit`"));
         };

@@ -47,6 +47,8 @@ use tollgate_http::Rule;
 pub use describe::{describe_limit, describe_period};
 pub use error::ConfigError;
 pub use raw::StoreErrorMode;
+pub(crate) use tree::composite;
+pub use tree::Match;
 pub(crate) use tree::Node;
 
 /// What a configured descriptor does to the requests it matches.
@@ -78,6 +80,44 @@ pub struct LimitEntry {
     pub detailed_metric: bool,
     /// What a store failure does.
     pub on_store_error: StoreErrorMode,
+    /// `quota_mode`: over this limit refuses the request only when every
+    /// quota of the request is over too (envoyproxy/ratelimit's rule).
+    pub quota_mode: bool,
+    /// The limit as envoyproxy/ratelimit sees it, when it is one: one fixed
+    /// window (or `requests_per_unit: 0` with its unit).
+    pub upstream: Option<UpstreamLimit>,
+}
+
+/// A limit in envoyproxy/ratelimit's own form, `requests_per_unit` per one
+/// fixed window, with what its counting needs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UpstreamLimit {
+    /// The limit (0 for a limit that refuses everything).
+    pub requests_per_unit: u64,
+    /// The window, in nanoseconds (a unit: second to year).
+    pub period_ns: u64,
+    /// A fixed window of one more than the limit over the same period:
+    /// charging every hit to it, a count past the limit (refused, with 0
+    /// left) is told from a count at it (admitted, 0 left) by one call.
+    pub counting: Policy,
+}
+
+impl UpstreamLimit {
+    /// `requests_per_unit` per `period_ns`; `None` past the quotas tollgate
+    /// can hold.
+    pub fn new(requests_per_unit: u64, period_ns: u64) -> Option<UpstreamLimit> {
+        let room = requests_per_unit.checked_add(1)?;
+        let quota = tollgate::Quota::with_parts(room, period_ns, room).ok()?;
+        let counting = Policy::new(tollgate::Limit::new(
+            tollgate::Algorithm::FixedWindow,
+            quota,
+        ));
+        Some(UpstreamLimit {
+            requests_per_unit,
+            period_ns,
+            counting,
+        })
+    }
 }
 
 /// A loaded, validated configuration. Immutable: a reload builds a new one.
@@ -108,8 +148,14 @@ impl Config {
     /// exact `key`+`value` first, then a `value` ending in `*` by prefix,
     /// then a `key` without value (any value, each its own counter); the
     /// limit applies only if every entry was matched.
-    pub fn lookup(&self, domain: &str, entries: &[(String, String)]) -> Option<&Arc<LimitEntry>> {
+    pub fn lookup(&self, domain: &str, entries: &[(String, String)]) -> Option<Match<'_>> {
         self.domains.get(domain)?.lookup(entries)
+    }
+
+    /// Whether `domain` is configured (envoyproxy/ratelimit honours a
+    /// request's own limit only in a known domain).
+    pub fn has_domain(&self, domain: &str) -> bool {
+        self.domains.contains_key(domain)
     }
 
     /// Every configured limit, in file order.

@@ -47,6 +47,14 @@ pub(crate) struct Descriptor {
     #[allow(dead_code)]
     pub value_to_metric: bool,
     pub on_store_error: Option<StoreErrorMode>,
+    /// envoyproxy/ratelimit's `share_threshold`: every value a `*` value
+    /// matches shares one counter.
+    #[serde(default)]
+    pub share_threshold: bool,
+    /// envoyproxy/ratelimit's `quota_mode`: over the limit does not refuse
+    /// the request unless every quota of the request is over.
+    #[serde(default)]
+    pub quota_mode: bool,
 }
 
 /// What a descriptor limits: envoyproxy/ratelimit's `unit` and

@@ -1,4 +1,10 @@
 //! A domain's descriptor tree and envoyproxy/ratelimit's matching rules.
+//!
+//! A node's children are found by envoyproxy/ratelimit's own composite
+//! key: `key_value` for a descriptor with a value, `key` alone without, so
+//! two descriptors that compose the same key are the same node, and a `*`
+//! matches by prefix on that composite key (only as the last character: a
+//! `*` anywhere else is a plain character, as there).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -8,44 +14,73 @@ use super::LimitEntry;
 /// One level of a descriptor tree.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Node {
-    /// `key` + `value`, matched exactly.
-    pub exact: HashMap<(String, String), Node>,
-    /// `key` + a `value` ending in `*`: the prefix before the `*`, in file
-    /// order (the first that matches wins).
-    pub wildcard: Vec<(String, String, Node)>,
-    /// `key` alone: any value.
-    pub any_value: HashMap<String, Node>,
+    /// Children by composite key (`key_value`, or `key` for any value).
+    pub children: HashMap<String, Node>,
+    /// Composite keys ending in `*`, in file order: the first whose prefix
+    /// matches wins.
+    pub wildcards: Vec<String>,
     /// The limit of this node, if it has a `rate_limit`.
     pub limit: Option<Arc<LimitEntry>>,
+    /// `share_threshold`: the values this `*` node matches share a counter.
+    pub share_threshold: bool,
+}
+
+/// The limit a request descriptor matched, and how its counter is named.
+#[derive(Clone, Debug)]
+pub struct Match<'c> {
+    /// The configured limit.
+    pub entry: &'c Arc<LimitEntry>,
+    /// The entries as the store key names them: the request's, except
+    /// that an entry matched by a `share_threshold` wildcard carries the
+    /// configured pattern (`files*`), so all its values share one counter.
+    pub counter_entries: Vec<(String, String)>,
+}
+
+/// The composite key of a descriptor, as envoyproxy/ratelimit builds it.
+pub(crate) fn composite(key: &str, value: Option<&str>) -> String {
+    match value {
+        Some(value) if !value.is_empty() => format!("{key}_{value}"),
+        _ => key.to_string(),
+    }
 }
 
 impl Node {
-    /// The child matching one entry, by precedence: exact, wildcard, key.
-    fn child(&self, key: &str, value: &str) -> Option<&Node> {
-        // A tuple key needs owned strings; lookups are a few per request.
-        if let Some(node) = self.exact.get(&(key.to_string(), value.to_string())) {
-            return Some(node);
+    /// The child matching one entry, by precedence: the exact composite
+    /// key, then the first wildcard by prefix, then the key alone. With it,
+    /// the pattern to count under when a `share_threshold` wildcard matched.
+    fn child(&self, key: &str, value: &str) -> Option<(&Node, Option<String>)> {
+        let joined = format!("{key}_{value}");
+        if let Some(node) = self.children.get(&joined) {
+            return Some((node, None));
         }
-        let wildcard = self
-            .wildcard
-            .iter()
-            .find(|(k, prefix, _)| k == key && value.starts_with(prefix.as_str()));
-        if let Some((_, _, node)) = wildcard {
-            return Some(node);
+        for wildcard in &self.wildcards {
+            let prefix = &wildcard[..wildcard.len() - 1];
+            if joined.starts_with(prefix) {
+                let node = self.children.get(wildcard)?;
+                let shared = node.share_threshold.then(|| {
+                    let pattern = wildcard.strip_prefix(&format!("{key}_"));
+                    pattern.unwrap_or(wildcard).to_string()
+                });
+                return Some((node, shared));
+            }
         }
-        self.any_value.get(key)
+        self.children.get(key).map(|node| (node, None))
     }
 
     /// The limit of the node every entry leads to, if the path exists to
     /// the last entry and that node has one.
-    pub fn lookup(&self, entries: &[(String, String)]) -> Option<&Arc<LimitEntry>> {
+    pub fn lookup(&self, entries: &[(String, String)]) -> Option<Match<'_>> {
         let mut node = self;
+        let mut counter_entries = Vec::with_capacity(entries.len());
         for (key, value) in entries {
-            node = node.child(key, value)?;
+            let (next, shared) = node.child(key, value)?;
+            counter_entries.push((key.clone(), shared.unwrap_or_else(|| value.clone())));
+            node = next;
         }
-        if entries.is_empty() {
-            return None;
-        }
-        node.limit.as_ref()
+        let entry = node.limit.as_ref()?;
+        Some(Match {
+            entry,
+            counter_entries,
+        })
     }
 }

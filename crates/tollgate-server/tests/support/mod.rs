@@ -41,6 +41,7 @@ pub fn options(path: PathBuf, store: &str) -> ServeOptions {
         limits: ListenerLimits::default(),
         proxy: None,
         workers: 1,
+        answers: Default::default(),
     }
 }
 
