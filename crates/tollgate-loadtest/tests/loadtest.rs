@@ -51,6 +51,7 @@ async fn proxy(rule: &str, limit: &str) -> (Running, tempfile::TempDir) {
         // Two, as `tollgate serve` on this machine: the server's counts
         // are summed over its workers.
         workers: 2,
+        answers: Default::default(),
     };
     (server::start(options).await.unwrap(), dir)
 }
