@@ -80,9 +80,11 @@ where
             let internal = headers
                 .get("grpc-status")
                 .is_some_and(|s| s.as_bytes() == b"13");
-            let undecodable = headers
-                .get("grpc-message")
-                .is_some_and(|m| m.as_bytes().starts_with(b"failed to decode"));
+            // grpc-message is percent-encoded on the wire.
+            let undecodable = headers.get("grpc-message").is_some_and(|m| {
+                let m = m.as_bytes();
+                m.starts_with(b"failed%20to%20decode") || m.starts_with(b"failed to decode")
+            });
             if internal && undecodable {
                 headers.insert("grpc-status", http::HeaderValue::from_static("3"));
             }
