@@ -104,7 +104,8 @@ async fn a_changed_file_is_picked_up_by_the_watcher() {
     server.running.shutdown().await;
 }
 
-/// A store whose checks wait for a permit, to hold a request in flight.
+/// A store whose checks and forced charges (envoyproxy/ratelimit's
+/// counting) wait for a permit, to hold a request in flight.
 struct Gated {
     inner: MemoryBackend,
     gate: Arc<Semaphore>,
@@ -132,13 +133,10 @@ impl Backend for Gated {
     ) -> impl Future<Output = Result<Decision, BackendError>> + Send {
         self.inner.refund(key, policy, cost)
     }
-    fn force(
-        &self,
-        key: &str,
-        policy: &Policy,
-        cost: u64,
-    ) -> impl Future<Output = Result<Decision, BackendError>> + Send {
-        self.inner.force(key, policy, cost)
+    async fn force(&self, key: &str, policy: &Policy, cost: u64) -> Result<Decision, BackendError> {
+        self.parked.fetch_add(1, Ordering::SeqCst);
+        let _permit = self.gate.acquire().await.expect("the gate stays open");
+        self.inner.force(key, policy, cost).await
     }
     fn lease(
         &self,
