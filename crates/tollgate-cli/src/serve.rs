@@ -7,10 +7,11 @@ use std::time::Duration;
 
 use anyhow::Context;
 use tollgate_cli::duration::parse_duration;
-use tollgate_server::config::Config;
+use tollgate_server::config::Source;
 use tollgate_server::listener::ListenerLimits;
 use tollgate_server::logs::{self, LogFormat};
 use tollgate_server::server::{self, ProxyOptions, ServeOptions};
+use tollgate_server::store;
 
 use crate::timeout::{parse_timeout, DEFAULT as DEFAULT_TIMEOUT};
 
@@ -43,10 +44,12 @@ also be set by the environment variable shown with it.";
 #[derive(clap::Args, Debug)]
 #[command(after_long_help = EXAMPLE)]
 pub struct Args {
-    /// The configuration file (YAML).
+    /// The configuration file (YAML), or a directory of them (every file under it, one
+    /// domain or more each; names starting with a dot skipped).
     #[arg(long, short, value_name = "FILE", env = "TOLLGATE_CONFIG")]
     config: Option<PathBuf>,
-    /// Validate FILE, print what each limit means, and exit (non-zero on error).
+    /// Validate FILE (or a directory) as start and reload do, against the store --store names
+    /// (without connecting), print what each limit means, and exit (non-zero on error).
     #[arg(long, value_name = "FILE", conflicts_with = "config")]
     check: Option<PathBuf>,
     /// The store: memory, redis://HOST:PORT, rediss://HOST:PORT, redis+cluster://HOST:PORT[,...],
@@ -168,11 +171,12 @@ pub struct Args {
 /// Runs `tollgate serve`.
 pub fn run(args: Args) -> anyhow::Result<()> {
     if let Some(path) = &args.check {
-        return check(path);
+        return check(path, &args.store);
     }
     logs::init(args.log_format, &args.log).map_err(anyhow::Error::msg)?;
     let options = ServeOptions {
         config: args.config,
+        directory: Default::default(),
         watch: !args.no_watch,
         store: args.store,
         prefix: args.prefix,
@@ -218,8 +222,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     })
 }
 
-fn check(path: &std::path::Path) -> anyhow::Result<()> {
-    let config = Config::load(path)?;
+/// The validation of start and reload, without starting: the file or
+/// directory parsed, then every policy checked against the store `--store`
+/// names (without connecting to it).
+fn check(path: &std::path::Path, store: &str) -> anyhow::Result<()> {
+    let config = Source::new(path).load()?;
+    config
+        .check_store(|policy| store::validate_offline(store, policy))
+        .map_err(|message| anyhow::anyhow!("{}: {message}", path.display()))?;
     for line in config.describe() {
         println!("{line}");
     }

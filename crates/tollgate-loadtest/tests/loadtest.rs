@@ -36,6 +36,7 @@ async fn proxy(rule: &str, limit: &str) -> (Running, tempfile::TempDir) {
     std::fs::write(&path, yaml).unwrap();
     let options = ServeOptions {
         config: Some(path),
+        directory: Default::default(),
         watch: false,
         store: "memory".into(),
         prefix: "t:".into(),

@@ -57,6 +57,7 @@ fn options(dir: &std::path::Path, store: &str) -> ServeOptions {
     std::fs::write(&path, CONFIG).expect("the temp dir is writable");
     ServeOptions {
         config: Some(path),
+        directory: Default::default(),
         watch: false,
         store: store.into(),
         prefix: format!("tollgate-bench:{}:", std::process::id()),

@@ -18,7 +18,7 @@ use tokio::sync::{oneshot, watch, Semaphore};
 use tokio::task::JoinHandle;
 use tower::util::BoxCloneService;
 
-use crate::config::{Config, ConfigError};
+use crate::config::{Config, ConfigError, DirectoryOptions, Source};
 use crate::engine::Engine;
 use crate::listener::{self, ListenerLimits};
 use crate::proxy::{Proxy, ProxyError};
@@ -31,9 +31,12 @@ const DRAIN_SLACK: std::time::Duration = std::time::Duration::from_secs(1);
 /// What to serve, and where.
 #[derive(Clone, Debug)]
 pub struct ServeOptions {
-    /// The configuration file; none serves no limits (every check is OK).
+    /// The configuration file, or a directory of them (see
+    /// [`Source`]); none serves no limits (every check is OK).
     pub config: Option<PathBuf>,
-    /// Reload the file when it changes.
+    /// How a configuration directory is read and watched.
+    pub directory: DirectoryOptions,
+    /// Reload the configuration when it changes.
     pub watch: bool,
     /// The store URL (`memory`, `redis://...`).
     pub store: String,
@@ -81,6 +84,9 @@ pub enum ServeError {
     /// A worker's thread or runtime could not start.
     #[error("cannot start a worker: {0}")]
     Worker(std::io::Error),
+    /// An option out of its range.
+    #[error("{0}")]
+    Invalid(&'static str),
     /// A listener could not bind.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
@@ -229,12 +235,30 @@ impl Shared {
 /// Loads the configuration, connects the store and starts every listener.
 pub async fn start(options: ServeOptions) -> Result<Running, ServeError> {
     metrics::handle();
-    let config = match &options.config {
-        Some(path) => Config::load(path)?,
+    if options.limits.max_connections == 0 {
+        return Err(ServeError::Invalid(
+            "--max-connections must be at least 1: with 0, every connection would be refused",
+        ));
+    }
+    let source = options.config.as_ref().map(|path| Source {
+        path: path.clone(),
+        directory: options.directory.clone(),
+    });
+    let backend = store::connect(&options.store, &options.prefix, options.store_timeout).await?;
+    let config = match &source {
+        Some(source) => reload::load(source, &backend)?,
         None => Config::default(),
     };
     metrics::config_load(true);
-    let backend = store::connect(&options.store, &options.prefix, options.store_timeout).await?;
+    if options.proxy.is_some() && config.http_rules().is_empty() {
+        tracing::warn!("--upstream without any HTTP rule: every request is forwarded unlimited (add `http: rules:` to the configuration)");
+    }
+    // For the startup log, before the configuration moves into the engine.
+    let config_name = source.as_ref().map_or_else(
+        || "none (every check is OK)".to_string(),
+        |s| s.path.display().to_string(),
+    );
+    let (limits, http_rules) = (config.entries().len(), config.http_rules().len());
     let engine = Arc::new(Engine::new(config, Arc::new(backend)));
     let workers = options.workers.max(1);
     // One proxy per worker: its upstream connections are driven by the
@@ -281,12 +305,18 @@ pub async fn start(options: ServeOptions) -> Result<Running, ServeError> {
                 .map_err(ServeError::Worker)?,
         );
     }
-    if let (true, Some(path)) = (options.watch, options.config.clone()) {
-        match reload::watch_file(Arc::clone(&engine), path, stopping) {
-            Ok(watching) => drop(tokio::spawn(watching)),
-            Err(e) => tracing::error!(error = %e, "cannot watch the configuration file"),
-        }
-    }
+    reload::spawn(Arc::clone(&engine), source, options.watch, stopping);
+    tracing::info!(
+        config = %config_name,
+        limits,
+        http_rules,
+        store = %tollgate_redis::redact(&options.store),
+        grpc = ?grpc_addr,
+        http = ?http_addr,
+        proxy = ?proxy_addr,
+        workers,
+        "serving"
+    );
     Ok(Running {
         grpc: grpc_addr,
         http: http_addr,
@@ -342,7 +372,6 @@ impl Running {
 /// Serves until SIGTERM or Ctrl-C, then drains and returns.
 pub async fn serve_until_signal(options: ServeOptions) -> Result<(), ServeError> {
     let running = start(options).await?;
-    tracing::info!(grpc = ?running.grpc, http = ?running.http, proxy = ?running.proxy, "serving");
     stop_signal().await;
     tracing::info!("shutting down: draining requests in flight");
     running.shutdown().await;

@@ -30,6 +30,7 @@ impl TestServer {
 pub fn options(path: PathBuf, store: &str) -> ServeOptions {
     ServeOptions {
         config: Some(path),
+        directory: Default::default(),
         watch: false,
         store: store.to_string(),
         prefix: format!("tollgate-test:{}:", std::process::id()),
