@@ -193,6 +193,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             max_concurrent_streams: args.max_concurrent_streams,
             drain: Duration::from_nanos(args.drain_timeout),
         },
+        health: Default::default(),
         proxy: args.upstream.map(|upstream| ProxyOptions {
             listen: args.proxy_listen,
             upstream,

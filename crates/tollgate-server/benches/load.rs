@@ -65,6 +65,7 @@ fn options(dir: &std::path::Path, store: &str) -> ServeOptions {
         grpc: Some("127.0.0.1:0".parse().expect("an address")),
         http: None,
         limits: ListenerLimits::default(),
+        health: Default::default(),
         proxy: None,
         workers: 1,
     }

@@ -40,7 +40,8 @@ impl<B: Backend + 'static> RlsService<B> {
     }
 }
 
-fn to_check(request: RateLimitRequest) -> CheckRequest {
+/// The engine's request for a gRPC (or `/json`) one.
+pub(crate) fn to_check(request: RateLimitRequest) -> CheckRequest {
     CheckRequest {
         domain: request.domain,
         hits: u64::from(request.hits_addend),
@@ -89,7 +90,8 @@ fn header(key: &str, value: String) -> HeaderValue {
     }
 }
 
-fn to_response(answer: CheckResponse) -> RateLimitResponse {
+/// The gRPC (and `/json`) answer for the engine's.
+pub(crate) fn to_response(answer: CheckResponse) -> RateLimitResponse {
     let mut policies = Vec::new();
     let mut limits = Vec::new();
     let mut retry_after: Option<u64> = None;

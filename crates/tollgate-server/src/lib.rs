@@ -14,3 +14,4 @@ pub mod proxy;
 pub mod reload;
 pub mod server;
 pub mod store;
+pub mod upstream;

@@ -23,7 +23,7 @@ use crate::engine::Engine;
 use crate::listener::{self, ListenerLimits};
 use crate::proxy::{Proxy, ProxyError};
 use crate::store::{self, AnyBackend, StoreError};
-use crate::{api, grpc, metrics, reload};
+use crate::{api, grpc, metrics, reload, upstream};
 
 /// Time past the drain bound that shutdown waits for a worker thread.
 const DRAIN_SLACK: std::time::Duration = std::time::Duration::from_secs(1);
@@ -52,6 +52,8 @@ pub struct ServeOptions {
     pub limits: ListenerLimits,
     /// Reverse proxy mode, if wanted.
     pub proxy: Option<ProxyOptions>,
+    /// What envoyproxy/ratelimit's `/healthcheck` checks.
+    pub health: upstream::Health,
     /// Threads serving the listeners, the caller's runtime included (see
     /// the module's documentation); 0 counts as 1, which serves everything
     /// on the caller's runtime.
@@ -148,6 +150,7 @@ struct Sockets {
 struct Shared {
     engine: Arc<Engine<Arc<AnyBackend>>>,
     limits: ListenerLimits,
+    health: upstream::Health,
     stopping: watch::Receiver<bool>,
     /// Each address's connections, counted over all workers.
     grpc_permits: Arc<Semaphore>,
@@ -178,7 +181,8 @@ impl Shared {
         if let Some(socket) = sockets.http {
             tasks.push(tokio::spawn(listener::serve(
                 TcpListener::from_std(socket)?,
-                api::router(Arc::clone(&self.engine)),
+                api::router(Arc::clone(&self.engine))
+                    .merge(upstream::router(Arc::clone(&self.engine), self.health)),
                 self.limits,
                 Arc::clone(&self.http_permits),
                 self.stopping.clone(),
@@ -282,6 +286,7 @@ pub async fn start(options: ServeOptions) -> Result<Running, ServeError> {
     let shared = Shared {
         engine: Arc::clone(&engine),
         limits: options.limits,
+        health: options.health,
         stopping: stopping.clone(),
         grpc_permits: permits(),
         http_permits: permits(),

@@ -40,6 +40,7 @@ pub fn options(path: PathBuf, store: &str) -> ServeOptions {
         grpc: Some("127.0.0.1:0".parse().unwrap()),
         http: Some("127.0.0.1:0".parse().unwrap()),
         limits: ListenerLimits::default(),
+        health: Default::default(),
         proxy: None,
         workers: 1,
     }
