@@ -7,11 +7,11 @@ use std::time::Duration;
 
 use anyhow::Context;
 use tollgate_cli::duration::parse_duration;
-use tollgate_server::config::Source;
+use tollgate_server::config::{DirectoryOptions, Source};
 use tollgate_server::listener::ListenerLimits;
 use tollgate_server::logs::{self, LogFormat};
 use tollgate_server::server::{self, ProxyOptions, ServeOptions};
-use tollgate_server::store;
+use tollgate_server::{settings, store};
 
 use crate::timeout::{parse_timeout, DEFAULT as DEFAULT_TIMEOUT};
 
@@ -168,15 +168,58 @@ pub struct Args {
     log: String,
 }
 
-/// Runs `tollgate serve`.
-pub fn run(args: Args) -> anyhow::Result<()> {
+/// Runs `tollgate serve`; `matches` tell the flags given (on the command
+/// line or in a `TOLLGATE_` variable) from those at their default, which
+/// envoyproxy/ratelimit's variables replace.
+pub fn run(mut args: Args, matches: Option<&clap::ArgMatches>) -> anyhow::Result<()> {
     if let Some(path) = &args.check {
         return check(path, &args.store);
     }
+    let upstream = settings::read(|name| std::env::var(name).ok())?;
+    let defaulted = |id: &str| {
+        matches
+            .and_then(|m| m.value_source(id))
+            .map_or(true, |source| {
+                source == clap::parser::ValueSource::DefaultValue
+            })
+    };
+    let mut directory = DirectoryOptions::default();
+    if defaulted("config") {
+        if let Some(source) = upstream.config.clone() {
+            args.config = Some(source.path);
+            directory = source.directory;
+        }
+    }
+    if let (true, Some(addr)) = (defaulted("http_listen"), upstream.http) {
+        args.http_listen = addr;
+    }
+    if let (true, Some(addr)) = (defaulted("grpc_listen"), upstream.grpc) {
+        args.grpc_listen = addr;
+    }
+    if let (true, Some(store)) = (defaulted("store"), upstream.store.clone()) {
+        args.store = store;
+        if let Some(roots) = &upstream.redis_ca_file {
+            // Read by the TLS client in place of the system's roots, as
+            // upstream's REDIS_TLS_CACERT replaces them.
+            std::env::set_var("SSL_CERT_FILE", roots);
+        }
+    }
+    if let (true, Some(prefix)) = (defaulted("prefix"), upstream.prefix.clone()) {
+        args.prefix = prefix;
+    }
+    if let (true, Some(format)) = (defaulted("log_format"), upstream.log_format) {
+        args.log_format = format;
+    }
+    if let (true, Some(filter)) = (defaulted("log"), upstream.log_filter.clone()) {
+        args.log = filter;
+    }
     logs::init(args.log_format, &args.log).map_err(anyhow::Error::msg)?;
+    for warning in &upstream.warnings {
+        tracing::warn!("{warning}");
+    }
     let options = ServeOptions {
         config: args.config,
-        directory: Default::default(),
+        directory,
         watch: !args.no_watch,
         store: args.store,
         prefix: args.prefix,
@@ -193,7 +236,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             max_concurrent_streams: args.max_concurrent_streams,
             drain: Duration::from_nanos(args.drain_timeout),
         },
-        health: Default::default(),
+        health: upstream.health,
         proxy: args.upstream.map(|upstream| ProxyOptions {
             listen: args.proxy_listen,
             upstream,

@@ -13,5 +13,6 @@ pub mod metrics;
 pub mod proxy;
 pub mod reload;
 pub mod server;
+pub mod settings;
 pub mod store;
 pub mod upstream;
