@@ -48,7 +48,8 @@ fn upstream_environment_and_runtime_directory_start_answer_and_reload() {
         eprintln!("TOLLGATE_SKIP_REDIS=1: the upstream environment on Redis is skipped");
         return;
     }
-    let redis = RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
+    let password = "pw-files-test";
+    let redis = RedisServer::start_with_password(password).unwrap_or_else(|e| panic!("{e}"));
     let root = tempfile::tempdir().unwrap();
     let v1 = root.path().join("v1/ratelimit/config");
     write(&v1.join("a.yaml"), &limits("a", 3));
@@ -73,6 +74,7 @@ fn upstream_environment_and_runtime_directory_start_answer_and_reload() {
         ("RUNTIME_IGNOREDOTFILES", "true".into()),
         ("REDIS_SOCKET_TYPE", "tcp".into()),
         ("REDIS_URL", redis_url),
+        ("REDIS_AUTH", password.into()),
         (
             "CACHE_KEY_PREFIX",
             format!("files-test-{}:", std::process::id()),
@@ -82,7 +84,8 @@ fn upstream_environment_and_runtime_directory_start_answer_and_reload() {
     let server = Serving::start(&[], &env, http);
     let log = server.log();
     assert!(log.contains("\"limits\":2"), "{log}");
-    assert!(log.contains("redis://127.0.0.1"), "{log}");
+    assert!(log.contains("redis://***@127.0.0.1"), "{log}");
+    assert!(!log.contains(password), "{log}");
     assert_eq!((limit_of(&server, "a"), limit_of(&server, "b")), (3, 4));
     // Counted in Redis: a fourth hit of 3 is over.
     let hit = r#"{"domain":"a","descriptors":[{"entries":[{"key":"user","value":"ada"}]}]}"#;

@@ -51,7 +51,7 @@ pub const HANDLED_ELSEWHERE: [&str; 7] = [
 
 /// Accepted and without effect, each with why doing without it changes no
 /// decision.
-const NO_EFFECT: [(&str, &str); 38] = [
+const NO_EFFECT: &[(&str, &str)] = &[
     (
         "DEBUG_HOST",
         "tollgate has no debug listener; /metrics, /readyz and /healthz are on PORT",
@@ -114,6 +114,7 @@ const NO_EFFECT: [(&str, &str); 38] = [
         "tags are not added to /metrics; add them with Prometheus relabelling",
     ),
     ("DISABLE_STATS", "/metrics is served anyway"),
+    ("PROMETHEUS_ADDR", "the metrics are at /metrics on PORT"),
     ("PROMETHEUS_PATH", "the metrics are at /metrics on PORT"),
     (
         "PROMETHEUS_MAPPER_YAML",
@@ -135,11 +136,50 @@ const NO_EFFECT: [(&str, &str); 38] = [
         "it applies to xDS only",
     ),
     ("CONFIG_GRPC_XDS_SERVER_USE_TLS", "it applies to xDS only"),
+    ("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "it applies to xDS only"),
+    ("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "it applies to xDS only"),
+    (
+        "CONFIG_GRPC_XDS_SERVER_TLS_CACERT",
+        "it applies to xDS only",
+    ),
+    ("CONFIG_GRPC_XDS_SERVER_TLS_SAN", "it applies to xDS only"),
+    (
+        "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL",
+        "it applies to xDS only",
+    ),
+    ("XDS_CLIENT_BACKOFF_MAX_INTERVAL", "it applies to xDS only"),
+    ("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "it applies to xDS only"),
+    ("XDS_CLIENT_BACKOFF_JITTER", "it applies to xDS only"),
     (
         "MEMCACHE_HOST_PORT",
         "it applies to BACKEND_TYPE=memcache only",
     ),
     ("MEMCACHE_SRV", "it applies to BACKEND_TYPE=memcache only"),
+    (
+        "MEMCACHE_SRV_REFRESH",
+        "it applies to BACKEND_TYPE=memcache only",
+    ),
+    (
+        "MEMCACHE_MAX_IDLE_CONNS",
+        "it applies to BACKEND_TYPE=memcache only",
+    ),
+    ("MEMCACHE_TLS", "it applies to BACKEND_TYPE=memcache only"),
+    (
+        "MEMCACHE_TLS_CLIENT_CERT",
+        "it applies to BACKEND_TYPE=memcache only",
+    ),
+    (
+        "MEMCACHE_TLS_CLIENT_KEY",
+        "it applies to BACKEND_TYPE=memcache only",
+    ),
+    (
+        "MEMCACHE_TLS_CACERT",
+        "it applies to BACKEND_TYPE=memcache only",
+    ),
+    (
+        "MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION",
+        "it applies to BACKEND_TYPE=memcache only",
+    ),
     (
         "TRACING_ENABLED",
         "tollgate exports no OpenTelemetry traces",
@@ -229,6 +269,11 @@ pub fn read(env: impl Fn(&str) -> Option<String>) -> Result<Settings, SettingsEr
         // A zero or false value asks for nothing.
         let asked = (r.env)(name).filter(|v| v != "0" && !v.eq_ignore_ascii_case("false"));
         if let Some(value) = asked {
+            let value = if name.contains("AUTH") {
+                "***"
+            } else {
+                value.as_str()
+            };
             out.warnings
                 .push(format!("{name}={value} has no effect: {why}"));
         }
