@@ -211,13 +211,12 @@ const NO_EFFECT: &[(&str, &str)] = &[
 ];
 
 /// Refused when true, each with what to do instead.
-const REFUSED_WHEN_TRUE: [(&str, &str); 6] = [
+const REFUSED_WHEN_TRUE: [(&str, &str); 5] = [
     ("USE_STATSD", "tollgate sends no statsd: its stats are at /metrics on PORT, under upstream's Prometheus names; set USE_STATSD=false and scrape /metrics"),
     ("USE_PROMETHEUS", "tollgate serves its Prometheus metrics at /metrics on PORT, not on PROMETHEUS_ADDR: scrape PORT and unset USE_PROMETHEUS"),
     ("GRPC_SERVER_USE_TLS", "tollgate's gRPC listener has no TLS: terminate TLS in front of it (a sidecar or mesh)"),
     ("REDIS_PERSECOND", "tollgate uses one store for every limit: unset REDIS_PERSECOND (per-second limits then count in REDIS_URL)"),
     ("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "tollgate always verifies the Redis server's certificate"),
-    ("MERGE_DOMAIN_CONFIG", "each domain must be defined in one file only"),
 ];
 
 /// Upstream's defaults for where its configuration lives.
@@ -318,6 +317,12 @@ pub fn read(env: impl Fn(&str) -> Option<String>) -> Result<Settings, SettingsEr
     });
     out.prefix = (r.env)("CACHE_KEY_PREFIX");
     out.config = r.runtime();
+    if out.config.is_none() && r.flag("MERGE_DOMAIN_CONFIG") == Some(true) {
+        out.warnings.push(
+            "MERGE_DOMAIN_CONFIG=true has no effect: it applies to the RUNTIME_* directory only"
+                .to_string(),
+        );
+    }
     out.health = Health {
         needs_a_domain: r.flag("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED") == Some(true),
         needs_the_store: r.flag("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION") == Some(true),
@@ -437,6 +442,7 @@ impl Reader<'_> {
             directory: DirectoryOptions {
                 dot_files: !self.flag("RUNTIME_IGNOREDOTFILES").unwrap_or(false),
                 root_link: watch_root.then_some(root),
+                merge_domains: self.flag("MERGE_DOMAIN_CONFIG") == Some(true),
             },
         })
     }

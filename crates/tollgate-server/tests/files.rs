@@ -225,6 +225,23 @@ fn a_directory_is_one_configuration_each_domain_once() {
         text.contains("a.yaml") && text.contains("domain `a` is already defined in"),
         "{text}"
     );
+    // Merged, as MERGE_DOMAIN_CONFIG=true: a top-level descriptor twice is
+    // still an error; different ones make one domain.
+    source.directory.merge_domains = true;
+    let e = source.load().unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("descriptor `a.k` is already defined in"),
+        "{e}"
+    );
+    std::fs::write(
+        dir.path().join("..2026_12_01/a.yaml"),
+        "domain: a\ndescriptors:\n  - key: j\n    rate_limit: { unit: second, requests_per_unit: 2 }\n",
+    )
+    .unwrap();
+    let config = source.load().unwrap();
+    assert!(config.lookup("a", &[("k".into(), "v".into())]).is_some());
+    assert!(config.lookup("a", &[("j".into(), "v".into())]).is_some());
 }
 
 #[tokio::test]

@@ -31,6 +31,10 @@ pub struct DirectoryOptions {
     /// `RUNTIME_ROOT` with `RUNTIME_WATCH_ROOT=true`): deployments swap it
     /// to publish a new directory at once.
     pub root_link: Option<PathBuf>,
+    /// A domain may be defined in several files, its descriptors put
+    /// together (envoyproxy/ratelimit's `MERGE_DOMAIN_CONFIG=true`); a
+    /// top-level descriptor defined twice is still an error.
+    pub merge_domains: bool,
 }
 
 /// A configuration file, or a directory of them.
@@ -62,7 +66,10 @@ impl Source {
         }
         let mut files = Vec::new();
         self.collect(&self.path, &mut files)?;
-        let mut merged = Merged::default();
+        let mut merged = Merged {
+            merge_domains: self.directory.merge_domains,
+            ..Merged::default()
+        };
         for file in files {
             merged.add(&file.display().to_string(), Config::load(&file)?)?;
         }
@@ -113,6 +120,7 @@ struct Merged {
     /// The file of each domain and HTTP rule, for the error on a second one.
     domains: HashMap<String, String>,
     rules: HashMap<String, String>,
+    merge_domains: bool,
 }
 
 impl Merged {
@@ -122,7 +130,13 @@ impl Merged {
         };
         for (domain, root) in config.domains {
             if let Some(first) = self.domains.get(&domain) {
-                return Err(twice(&format!("domain `{domain}`"), first));
+                if !self.merge_domains {
+                    return Err(twice(&format!("domain `{domain}`"), first));
+                }
+                let into = self.config.domains.get_mut(&domain).expect("seen before");
+                into.merge(root)
+                    .map_err(|key| twice(&format!("descriptor `{domain}.{key}`"), first))?;
+                continue;
             }
             self.domains.insert(domain.clone(), file.to_string());
             self.config.domains.insert(domain, root);

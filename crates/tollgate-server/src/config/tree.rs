@@ -20,6 +20,34 @@ pub(crate) struct Node {
 }
 
 impl Node {
+    /// Adds `other`'s descriptors to this level; the first key (`key` or
+    /// `key_value`) already here is the error.
+    pub(super) fn merge(&mut self, other: Node) -> Result<(), String> {
+        for ((key, value), node) in other.exact {
+            if self.exact.contains_key(&(key.clone(), value.clone())) {
+                return Err(format!("{key}_{value}"));
+            }
+            self.exact.insert((key, value), node);
+        }
+        for (key, prefix, node) in other.wildcard {
+            if self
+                .wildcard
+                .iter()
+                .any(|(k, p, _)| *k == key && *p == prefix)
+            {
+                return Err(format!("{key}_{prefix}*"));
+            }
+            self.wildcard.push((key, prefix, node));
+        }
+        for (key, node) in other.any_value {
+            if self.any_value.contains_key(&key) {
+                return Err(key);
+            }
+            self.any_value.insert(key, node);
+        }
+        Ok(())
+    }
+
     /// The child matching one entry, by precedence: exact, wildcard, key.
     fn child(&self, key: &str, value: &str) -> Option<&Node> {
         // A tuple key needs owned strings; lookups are a few per request.
