@@ -237,6 +237,7 @@ pub fn run(mut args: Args, matches: Option<&clap::ArgMatches>) -> anyhow::Result
             drain: Duration::from_nanos(args.drain_timeout),
         },
         health: upstream.health,
+        metrics: upstream.metrics.clone(),
         proxy: args.upstream.map(|upstream| ProxyOptions {
             listen: args.proxy_listen,
             upstream,

@@ -119,10 +119,14 @@ fn a_configmap_update_reloads_with_the_directory_watched() {
     write(&config.join("..2026_01/limits.yaml"), &limits("a", 3));
     symlink("..2026_01", config.join("..data")).unwrap();
     symlink("..data/limits.yaml", config.join("limits.yaml")).unwrap();
-    let http = free_port();
+    let (http, prometheus) = (free_port(), free_port());
     let root_text = root.path().display().to_string();
     let port = http.to_string();
+    let prometheus_addr = format!("127.0.0.1:{prometheus}");
     let env = [
+        ("USE_PROMETHEUS", "true"),
+        ("PROMETHEUS_ADDR", prometheus_addr.as_str()),
+        ("PROMETHEUS_PATH", "/prom"),
         ("PORT", port.as_str()),
         ("HOST", "127.0.0.1"),
         ("RUNTIME_ROOT", root_text.as_str()),
@@ -136,6 +140,13 @@ fn a_configmap_update_reloads_with_the_directory_watched() {
     write(&config.join("..2026_02/limits.yaml"), &limits("a", 8));
     swap_link(&config.join("..data"), "..2026_02");
     server.wait_for("the ConfigMap update", || limit_of(&server, "a") == 8);
+    // Upstream's Prometheus listener, where its scrape looks.
+    let (status, metrics) = Serving::request_to(prometheus, "GET", "/prom", "").unwrap();
+    assert_eq!(status, 200);
+    assert!(
+        metrics.contains(r#"ratelimit_service_rate_limit_total_hits{domain="a",key1="user"}"#),
+        "{metrics}"
+    );
 }
 
 #[test]

@@ -45,6 +45,7 @@ async fn proxy(rule: &str, limit: &str) -> (Running, tempfile::TempDir) {
         http: Some("127.0.0.1:0".parse().unwrap()),
         limits: ListenerLimits::default(),
         health: Default::default(),
+        metrics: None,
         proxy: Some(ProxyOptions {
             listen: "127.0.0.1:0".parse().unwrap(),
             upstream: demo_upstream().await,

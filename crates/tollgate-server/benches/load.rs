@@ -66,6 +66,7 @@ fn options(dir: &std::path::Path, store: &str) -> ServeOptions {
         http: None,
         limits: ListenerLimits::default(),
         health: Default::default(),
+        metrics: None,
         proxy: None,
         workers: 1,
     }

@@ -253,6 +253,11 @@ async fn ready<B: Backend + 'static>(State(engine): State<Arc<Engine<B>>>) -> Re
     }
 }
 
+/// `/metrics` alone, at `path`, for a listener of its own.
+pub fn metrics_router(path: &str) -> Router {
+    Router::new().route(path, get(render_metrics))
+}
+
 async fn render_metrics() -> Response {
     let mut res = metrics::handle().render().into_response();
     res.headers_mut().insert(

@@ -54,10 +54,22 @@ pub struct ServeOptions {
     pub proxy: Option<ProxyOptions>,
     /// What envoyproxy/ratelimit's `/healthcheck` checks.
     pub health: upstream::Health,
+    /// A listener of its own for the Prometheus metrics, besides `/metrics`
+    /// on the HTTP API (envoyproxy/ratelimit's `USE_PROMETHEUS`).
+    pub metrics: Option<MetricsOptions>,
     /// Threads serving the listeners, the caller's runtime included (see
     /// the module's documentation); 0 counts as 1, which serves everything
     /// on the caller's runtime.
     pub workers: usize,
+}
+
+/// The metrics' own listener: where, and at which path.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MetricsOptions {
+    /// The address.
+    pub listen: SocketAddr,
+    /// The path of the metrics (`/metrics`).
+    pub path: String,
 }
 
 /// Reverse proxy mode: where to listen, where to forward.
@@ -303,6 +315,24 @@ pub async fn start(options: ServeOptions) -> Result<Running, ServeError> {
     if let Some((sockets, proxy)) = each.next() {
         tasks = shared.spawn(sockets, proxy).map_err(ServeError::Worker)?;
     }
+    // One task on the first worker: a scrape every few seconds.
+    let mut metrics_addr = None;
+    if let Some(m) = &options.metrics {
+        let listener = TcpListener::bind(m.listen)
+            .await
+            .map_err(|source| ServeError::Bind {
+                addr: m.listen,
+                source,
+            })?;
+        metrics_addr = listener.local_addr().ok();
+        tasks.push(tokio::spawn(listener::serve(
+            listener,
+            api::metrics_router(&m.path),
+            options.limits,
+            permits(),
+            stopping.clone(),
+        )));
+    }
     for (n, (sockets, proxy)) in each.enumerate() {
         threads.push(
             shared
@@ -319,6 +349,7 @@ pub async fn start(options: ServeOptions) -> Result<Running, ServeError> {
         grpc = ?grpc_addr,
         http = ?http_addr,
         proxy = ?proxy_addr,
+        metrics = ?metrics_addr,
         workers,
         "serving"
     );

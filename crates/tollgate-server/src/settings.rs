@@ -35,6 +35,7 @@ use std::path::PathBuf;
 
 use crate::config::{DirectoryOptions, Source};
 use crate::logs::LogFormat;
+use crate::server::MetricsOptions;
 use crate::upstream::Health;
 
 /// Upstream's variables that change answers, read by the engine's own
@@ -114,8 +115,6 @@ const NO_EFFECT: &[(&str, &str)] = &[
         "tags are not added to /metrics; add them with Prometheus relabelling",
     ),
     ("DISABLE_STATS", "/metrics is served anyway"),
-    ("PROMETHEUS_ADDR", "the metrics are at /metrics on PORT"),
-    ("PROMETHEUS_PATH", "the metrics are at /metrics on PORT"),
     (
         "PROMETHEUS_MAPPER_YAML",
         "the metric names are upstream's default mapping, fixed",
@@ -211,9 +210,8 @@ const NO_EFFECT: &[(&str, &str)] = &[
 ];
 
 /// Refused when true, each with what to do instead.
-const REFUSED_WHEN_TRUE: [(&str, &str); 5] = [
+const REFUSED_WHEN_TRUE: [(&str, &str); 4] = [
     ("USE_STATSD", "tollgate sends no statsd: its stats are at /metrics on PORT, under upstream's Prometheus names; set USE_STATSD=false and scrape /metrics"),
-    ("USE_PROMETHEUS", "tollgate serves its Prometheus metrics at /metrics on PORT, not on PROMETHEUS_ADDR: scrape PORT and unset USE_PROMETHEUS"),
     ("GRPC_SERVER_USE_TLS", "tollgate's gRPC listener has no TLS: terminate TLS in front of it (a sidecar or mesh)"),
     ("REDIS_PERSECOND", "tollgate uses one store for every limit: unset REDIS_PERSECOND (per-second limits then count in REDIS_URL)"),
     ("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "tollgate always verifies the Redis server's certificate"),
@@ -246,6 +244,9 @@ pub struct Settings {
     pub log_filter: Option<String>,
     /// `RUNTIME_*`: the configuration directory.
     pub config: Option<Source>,
+    /// `USE_PROMETHEUS`, `PROMETHEUS_ADDR`, `PROMETHEUS_PATH`: the metrics'
+    /// own listener.
+    pub metrics: Option<MetricsOptions>,
     /// `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`, `REDIS_HEALTH_CHECK_ACTIVE_CONNECTION`.
     pub health: Health,
     /// One line per variable accepted without effect.
@@ -295,6 +296,16 @@ pub fn read(env: impl Fn(&str) -> Option<String>) -> Result<Settings, SettingsEr
         );
     }
     out.http = r.listener("HOST", "PORT");
+    out.metrics = r.prometheus();
+    if out.metrics.is_none() {
+        for name in ["PROMETHEUS_ADDR", "PROMETHEUS_PATH"] {
+            if let Some(value) = (r.env)(name) {
+                out.warnings.push(format!(
+                    "{name}={value} has no effect: it applies with USE_PROMETHEUS=true only"
+                ));
+            }
+        }
+    }
     out.grpc = r.listener("GRPC_HOST", "GRPC_PORT");
     out.log_format = match (r.env)("LOG_FORMAT") {
         None => None,
@@ -417,6 +428,38 @@ impl Reader<'_> {
                 None
             }
         }
+    }
+
+    /// The metrics' listener of `USE_PROMETHEUS=true`: `PROMETHEUS_ADDR`
+    /// (Go's `:9090`, all interfaces) and `PROMETHEUS_PATH`.
+    fn prometheus(&mut self) -> Option<MetricsOptions> {
+        if self.flag("USE_PROMETHEUS") != Some(true) {
+            return None;
+        }
+        let addr = (self.env)("PROMETHEUS_ADDR").unwrap_or_else(|| ":9090".into());
+        let (host, port) = addr.rsplit_once(':').unwrap_or((addr.as_str(), ""));
+        let host = if host.is_empty() {
+            "0.0.0.0"
+        } else {
+            host.trim_start_matches('[').trim_end_matches(']')
+        };
+        let listen = port
+            .parse::<u16>()
+            .ok()
+            .and_then(|port| (host, port).to_socket_addrs().ok()?.next());
+        let Some(listen) = listen else {
+            self.refuse(
+                "PROMETHEUS_ADDR",
+                "not an address this host can listen on (HOST:PORT or :PORT)",
+            );
+            return None;
+        };
+        let path = (self.env)("PROMETHEUS_PATH").unwrap_or_else(|| "/metrics".into());
+        if !path.starts_with('/') {
+            self.refuse("PROMETHEUS_PATH", "a path starts with /");
+            return None;
+        }
+        Some(MetricsOptions { listen, path })
     }
 
     /// `RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY`, when any of

@@ -41,6 +41,7 @@ pub fn options(path: PathBuf, store: &str) -> ServeOptions {
         http: Some("127.0.0.1:0".parse().unwrap()),
         limits: ListenerLimits::default(),
         health: Default::default(),
+        metrics: None,
         proxy: None,
         workers: 1,
     }
