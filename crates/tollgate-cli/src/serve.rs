@@ -38,7 +38,12 @@ Reverse proxy (the file's `http:` rules in front of a service, on port 8000):
 
 Envoy: point its rate limit filter at the gRPC port (8081). The file is reloaded
 when it changes and on SIGHUP; SIGTERM or Ctrl-C drains and exits. Every flag can
-also be set by the environment variable shown with it.";
+also be set by the environment variable shown with it.
+
+envoyproxy/ratelimit's environment is read too (RUNTIME_ROOT, RUNTIME_SUBDIRECTORY,
+PORT, GRPC_PORT, REDIS_SOCKET_TYPE, REDIS_URL, LOG_LEVEL, ...) where no flag is given;
+a setting tollgate cannot honour stops the start with its name (docs/SERVER.md,
+\"Migrating from envoyproxy/ratelimit\").";
 
 /// Flags of `tollgate serve`.
 #[derive(clap::Args, Debug)]
