@@ -86,6 +86,11 @@ fn upstream_environment_and_runtime_directory_start_answer_and_reload() {
     assert!(log.contains("\"limits\":2"), "{log}");
     assert!(log.contains("redis://***@127.0.0.1"), "{log}");
     assert!(!log.contains(password), "{log}");
+    // The startup log names the configuration and every listener.
+    assert!(log.contains("ratelimit/config"), "{log}");
+    for port in [http, grpc] {
+        assert!(log.contains(&format!("127.0.0.1:{port}")), "{log}");
+    }
     assert_eq!((limit_of(&server, "a"), limit_of(&server, "b")), (3, 4));
     // Counted in Redis: a fourth hit of 3 is over.
     let hit = r#"{"domain":"a","descriptors":[{"entries":[{"key":"user","value":"ada"}]}]}"#;
