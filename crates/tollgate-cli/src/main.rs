@@ -4,7 +4,7 @@
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use failure::Failure;
 
 mod check;
@@ -51,8 +51,12 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
-        Ok(cli) => cli,
+    // The matches are kept: `serve` tells a flag given from its default.
+    let parsed = Cli::command()
+        .try_get_matches()
+        .and_then(|matches| Cli::from_arg_matches(&matches).map(|cli| (cli, matches)));
+    let (cli, matches) = match parsed {
+        Ok(parsed) => parsed,
         Err(error) => return failure::report_clap(error),
     };
     let result = match cli.command {
@@ -66,7 +70,7 @@ fn main() -> ExitCode {
         Command::Migrate(args) => migrate::run(args)
             .map(|()| ExitCode::SUCCESS)
             .map_err(Failure::from),
-        Command::Serve(args) => serve::run(args)
+        Command::Serve(args) => serve::run(args, matches.subcommand_matches("serve"))
             .map(|()| ExitCode::SUCCESS)
             .map_err(Failure::from),
         Command::Loadtest(args) => loadtest::run(args)

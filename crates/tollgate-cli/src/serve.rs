@@ -8,10 +8,11 @@ use std::time::Duration;
 use anyhow::Context;
 use tollgate_cli::duration::parse_duration;
 use tollgate_server::answers::{Answers, Counting, LimitHeaders};
-use tollgate_server::config::Config;
+use tollgate_server::config::{DirectoryOptions, Source};
 use tollgate_server::listener::ListenerLimits;
 use tollgate_server::logs::{self, LogFormat};
 use tollgate_server::server::{self, ProxyOptions, ServeOptions};
+use tollgate_server::{settings, store};
 
 use crate::timeout::{parse_timeout, DEFAULT as DEFAULT_TIMEOUT};
 
@@ -38,16 +39,23 @@ Reverse proxy (the file's `http:` rules in front of a service, on port 8000):
 
 Envoy: point its rate limit filter at the gRPC port (8081). The file is reloaded
 when it changes and on SIGHUP; SIGTERM or Ctrl-C drains and exits. Every flag can
-also be set by the environment variable shown with it.";
+also be set by the environment variable shown with it.
+
+envoyproxy/ratelimit's environment is read too (RUNTIME_ROOT, RUNTIME_SUBDIRECTORY,
+PORT, GRPC_PORT, REDIS_SOCKET_TYPE, REDIS_URL, LOG_LEVEL, ...) where no flag is given;
+a setting tollgate cannot honour stops the start with its name (docs/SERVER.md,
+\"Migrating from envoyproxy/ratelimit\").";
 
 /// Flags of `tollgate serve`.
 #[derive(clap::Args, Debug)]
 #[command(after_long_help = EXAMPLE)]
 pub struct Args {
-    /// The configuration file (YAML).
+    /// The configuration file (YAML), or a directory of them (every file under it, one
+    /// domain or more each; names starting with a dot skipped).
     #[arg(long, short, value_name = "FILE", env = "TOLLGATE_CONFIG")]
     config: Option<PathBuf>,
-    /// Validate FILE, print what each limit means, and exit (non-zero on error).
+    /// Validate FILE (or a directory) as start and reload do, against the store --store names
+    /// (without connecting), print what each limit means, and exit (non-zero on error).
     #[arg(long, value_name = "FILE", conflicts_with = "config")]
     check: Option<PathBuf>,
     /// The store: memory, redis://HOST:PORT, rediss://HOST:PORT, redis+cluster://HOST:PORT[,...],
@@ -250,15 +258,59 @@ impl Args {
     }
 }
 
-/// Runs `tollgate serve`.
-pub fn run(args: Args) -> anyhow::Result<()> {
+/// Runs `tollgate serve`; `matches` tell the flags given (on the command
+/// line or in a `TOLLGATE_` variable) from those at their default, which
+/// envoyproxy/ratelimit's variables replace.
+pub fn run(mut args: Args, matches: Option<&clap::ArgMatches>) -> anyhow::Result<()> {
     if let Some(path) = &args.check {
-        return check(path);
+        return check(path, &args.store);
+    }
+    let upstream = settings::read(|name| std::env::var(name).ok())?;
+    let defaulted = |id: &str| {
+        matches
+            .and_then(|m| m.value_source(id))
+            .map_or(true, |source| {
+                source == clap::parser::ValueSource::DefaultValue
+            })
+    };
+    let mut directory = DirectoryOptions::default();
+    if defaulted("config") {
+        if let Some(source) = upstream.config.clone() {
+            args.config = Some(source.path);
+            directory = source.directory;
+        }
+    }
+    if let (true, Some(addr)) = (defaulted("http_listen"), upstream.http) {
+        args.http_listen = addr;
+    }
+    if let (true, Some(addr)) = (defaulted("grpc_listen"), upstream.grpc) {
+        args.grpc_listen = addr;
+    }
+    if let (true, Some(store)) = (defaulted("store"), upstream.store.clone()) {
+        args.store = store;
+        if let Some(roots) = &upstream.redis_ca_file {
+            // Read by the TLS client in place of the system's roots, as
+            // upstream's REDIS_TLS_CACERT replaces them.
+            std::env::set_var("SSL_CERT_FILE", roots);
+        }
+    }
+    if let (true, Some(prefix)) = (defaulted("prefix"), upstream.prefix.clone()) {
+        args.prefix = prefix;
+    }
+    if let (true, Some(format)) = (defaulted("log_format"), upstream.log_format) {
+        args.log_format = format;
+    }
+    if let (true, Some(filter)) = (defaulted("log"), upstream.log_filter.clone()) {
+        args.log = filter;
     }
     logs::init(args.log_format, &args.log).map_err(anyhow::Error::msg)?;
     let answers = args.answers();
+    for warning in &upstream.warnings {
+        tracing::warn!("{warning}");
+    }
     let options = ServeOptions {
         config: args.config,
+        directory,
         watch: !args.no_watch,
         store: args.store,
         prefix: args.prefix,
@@ -275,6 +327,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             max_concurrent_streams: args.max_concurrent_streams,
             drain: Duration::from_nanos(args.drain_timeout),
         },
+        health: upstream.health,
+        metrics: upstream.metrics.clone(),
         proxy: args.upstream.map(|upstream| ProxyOptions {
             listen: args.proxy_listen,
             upstream,
@@ -305,8 +359,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     })
 }
 
-fn check(path: &std::path::Path) -> anyhow::Result<()> {
-    let config = Config::load(path)?;
+/// The validation of start and reload, without starting: the file or
+/// directory parsed, then every policy checked against the store `--store`
+/// names (without connecting to it).
+fn check(path: &std::path::Path, store: &str) -> anyhow::Result<()> {
+    let config = Source::new(path).load()?;
+    config
+        .check_store(|policy| store::validate_offline(store, policy))
+        .map_err(|message| anyhow::anyhow!("{}: {message}", path.display()))?;
     for line in config.describe() {
         println!("{line}");
     }

@@ -36,6 +36,7 @@ async fn proxy(rule: &str, limit: &str) -> (Running, tempfile::TempDir) {
     std::fs::write(&path, yaml).unwrap();
     let options = ServeOptions {
         config: Some(path),
+        directory: Default::default(),
         watch: false,
         store: "memory".into(),
         prefix: "t:".into(),
@@ -43,6 +44,8 @@ async fn proxy(rule: &str, limit: &str) -> (Running, tempfile::TempDir) {
         grpc: None,
         http: Some("127.0.0.1:0".parse().unwrap()),
         limits: ListenerLimits::default(),
+        health: Default::default(),
+        metrics: None,
         proxy: Some(ProxyOptions {
             listen: "127.0.0.1:0".parse().unwrap(),
             upstream: demo_upstream().await,

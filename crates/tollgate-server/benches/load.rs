@@ -57,6 +57,7 @@ fn options(dir: &std::path::Path, store: &str) -> ServeOptions {
     std::fs::write(&path, CONFIG).expect("the temp dir is writable");
     ServeOptions {
         config: Some(path),
+        directory: Default::default(),
         watch: false,
         store: store.into(),
         prefix: format!("tollgate-bench:{}:", std::process::id()),
@@ -64,6 +65,8 @@ fn options(dir: &std::path::Path, store: &str) -> ServeOptions {
         grpc: Some("127.0.0.1:0".parse().expect("an address")),
         http: None,
         limits: ListenerLimits::default(),
+        health: Default::default(),
+        metrics: None,
         proxy: None,
         workers: 1,
         answers: Default::default(),

@@ -20,7 +20,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
-use tollgate::{Algorithm, Backend, Limit, Policy, Quota};
+use tollgate::{Algorithm, Backend, BackendError, Limit, Policy, Quota};
 use tollgate_http::fields;
 
 use crate::engine::{
@@ -201,9 +201,7 @@ async fn check<B: Backend + 'static>(
     metrics::decision_time("http", started);
     match result {
         Ok(response) => answer(&response),
-        Err(e @ CheckError::Store { .. }) => {
-            error(StatusCode::SERVICE_UNAVAILABLE, e.to_string(), None)
-        }
+        Err(e @ CheckError::Store { .. }) => store_unavailable(e.to_string()),
         Err(e) => {
             let field = match e {
                 CheckError::EmptyDomain => "domain".to_string(),
@@ -222,8 +220,31 @@ static PROBE: LazyLock<Policy> = LazyLock::new(|| {
     Policy::new(Limit::new(Algorithm::FixedWindow, quota))
 });
 
+/// Whether the store answers a peek.
+pub(crate) async fn store_ready<B: Backend>(engine: &Engine<B>) -> Result<(), BackendError> {
+    engine
+        .backend()
+        .check("tollgate-readyz", &PROBE, 0)
+        .await
+        .map(drop)
+}
+
+/// Seconds a client is asked to wait after a store failure: the reverse
+/// proxy's (the HTTP layer's default), so both APIs answer alike.
+const STORE_RETRY_AFTER_SECS: u64 = 1;
+
+/// `503` for a limit failing closed on a store error, with `Retry-After`.
+pub(crate) fn store_unavailable(message: String) -> Response {
+    let mut res = error(StatusCode::SERVICE_UNAVAILABLE, message, None);
+    res.headers_mut().insert(
+        header::RETRY_AFTER,
+        HeaderValue::from(STORE_RETRY_AFTER_SECS),
+    );
+    res
+}
+
 async fn ready<B: Backend + 'static>(State(engine): State<Arc<Engine<B>>>) -> Response {
-    match engine.backend().check("tollgate-readyz", &PROBE, 0).await {
+    match store_ready(&engine).await {
         Ok(_) => Json(serde_json::json!({"status": "ready"})).into_response(),
         Err(e) => error(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -231,6 +252,11 @@ async fn ready<B: Backend + 'static>(State(engine): State<Arc<Engine<B>>>) -> Re
             None,
         ),
     }
+}
+
+/// `/metrics` alone, at `path`, for a listener of its own.
+pub fn metrics_router(path: &str) -> Router {
+    Router::new().route(path, get(render_metrics))
 }
 
 async fn render_metrics() -> Response {

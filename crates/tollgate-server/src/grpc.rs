@@ -109,7 +109,9 @@ fn unit_period(unit: i32) -> Option<u64> {
     Some(seconds * NS_PER_SEC)
 }
 
-fn to_check(request: RateLimitRequest) -> Result<CheckRequest, Status> {
+/// The engine's request for a gRPC (or `/json`) one; a limit override
+/// with an unknown unit is `INVALID_ARGUMENT`.
+pub(crate) fn to_check(request: RateLimitRequest) -> Result<CheckRequest, Status> {
     let descriptors = request
         .descriptors
         .into_iter()
@@ -175,7 +177,8 @@ fn header(key: &str, value: String) -> HeaderValue {
     }
 }
 
-fn to_response(answer: CheckResponse, answers: &Answers) -> RateLimitResponse {
+/// The gRPC (and `/json`) answer for the engine's.
+pub(crate) fn to_response(answer: CheckResponse, answers: &Answers) -> RateLimitResponse {
     let mut policies = Vec::new();
     let mut limits = Vec::new();
     let mut retry_after: Option<u64> = None;

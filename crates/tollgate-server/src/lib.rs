@@ -14,4 +14,6 @@ pub mod metrics;
 pub mod proxy;
 pub mod reload;
 pub mod server;
+pub mod settings;
 pub mod store;
+pub mod upstream;

@@ -14,6 +14,27 @@
 //!
 //! `rule` is the limit's path in the configuration (`domain.key_value`);
 //! with `detailed_metric: true`, the request's own values instead.
+//!
+//! The same decisions are also counted under envoyproxy/ratelimit's names,
+//! as its Prometheus mapping (`default_mapper.yaml`, through the statsd
+//! exporter) exposes them, so that its dashboards and alerts keep working:
+//!
+//! | metric | kind | labels |
+//! |---|---|---|
+//! | `ratelimit_service_rate_limit_total_hits` | counter | `domain`, `key1`, `key2` |
+//! | `ratelimit_service_rate_limit_over_limit` | counter | same |
+//! | `ratelimit_service_rate_limit_near_limit` | counter | same |
+//! | `ratelimit_service_rate_limit_within_limit` | counter | same |
+//! | `ratelimit_service_rate_limit_shadow_mode` | counter | same |
+//! | `ratelimit_service_should_rate_limit_error` | counter | `err_type` (`redis_error`, for any store) |
+//! | `ratelimit_service_total_requests` | counter | `grpc_method` (`ShouldRateLimit`) |
+//! | `ratelimit_service_response_time_seconds` | histogram | `grpc_method` |
+//! | `ratelimit_service_config_load_success`, `_error` | counter | |
+//!
+//! `key1` is the descriptor's first level (`key_value`, or `key` alone for
+//! a key without a value, as upstream's stat names), `key2` the second,
+//! absent for a one-level descriptor; deeper levels go in `key2`, joined by
+//! `.` (upstream's mapping has no rule for them).
 
 use std::sync::OnceLock;
 use std::time::Instant;
@@ -38,6 +59,18 @@ pub const DECISION_SECONDS: &str = "tollgate_server_decision_seconds";
 pub const CONFIG_LOADS: &str = "tollgate_server_config_loads_total";
 /// Connections or requests refused by a listener's limits.
 pub const REFUSED: &str = "tollgate_server_refused_total";
+
+/// envoyproxy/ratelimit's per-limit counters (see the module's table).
+const UPSTREAM_TOTAL_HITS: &str = "ratelimit_service_rate_limit_total_hits";
+const UPSTREAM_OVER_LIMIT: &str = "ratelimit_service_rate_limit_over_limit";
+const UPSTREAM_NEAR_LIMIT: &str = "ratelimit_service_rate_limit_near_limit";
+const UPSTREAM_WITHIN_LIMIT: &str = "ratelimit_service_rate_limit_within_limit";
+const UPSTREAM_SHADOW_MODE: &str = "ratelimit_service_rate_limit_shadow_mode";
+const UPSTREAM_CALL_ERRORS: &str = "ratelimit_service_should_rate_limit_error";
+const UPSTREAM_REQUESTS: &str = "ratelimit_service_total_requests";
+const UPSTREAM_RESPONSE_TIME: &str = "ratelimit_service_response_time_seconds";
+const UPSTREAM_LOAD_SUCCESS: &str = "ratelimit_service_config_load_success";
+const UPSTREAM_LOAD_ERROR: &str = "ratelimit_service_config_load_error";
 
 /// Latency buckets, in seconds: 10 µs to 1 s.
 const BUCKETS: [f64; 11] = [
@@ -80,7 +113,34 @@ impl Label {
         Label(detailed)
     }
 
+    /// envoyproxy/ratelimit's labels of this limit: its stat key
+    /// `domain.key1[.key2…]` split at the dots.
+    fn upstream_labels(&self) -> Vec<(&'static str, String)> {
+        let mut parts = self.0.splitn(3, '.');
+        let mut labels = vec![
+            ("domain", parts.next().unwrap_or_default().to_string()),
+            ("key1", parts.next().unwrap_or_default().to_string()),
+        ];
+        if let Some(rest) = parts.next() {
+            labels.push(("key2", rest.to_string()));
+        }
+        labels
+    }
+
     pub fn decided(&self, hits: u64, allowed: bool, near: bool, shadow: bool) {
+        let labels = self.upstream_labels();
+        metrics::counter!(UPSTREAM_TOTAL_HITS, &labels).increment(hits);
+        if !allowed {
+            metrics::counter!(UPSTREAM_OVER_LIMIT, &labels).increment(hits);
+            if shadow {
+                metrics::counter!(UPSTREAM_SHADOW_MODE, &labels).increment(hits);
+            }
+        } else {
+            metrics::counter!(UPSTREAM_WITHIN_LIMIT, &labels).increment(hits);
+            if near {
+                metrics::counter!(UPSTREAM_NEAR_LIMIT, &labels).increment(hits);
+            }
+        }
         let rule = self.0.clone();
         metrics::counter!(HITS, "rule" => rule.clone()).increment(hits);
         if !allowed {
@@ -95,18 +155,31 @@ impl Label {
 
     pub fn store_error(&self) {
         metrics::counter!(STORE_ERRORS, "rule" => self.0.clone()).increment(1);
+        metrics::counter!(UPSTREAM_CALL_ERRORS, "err_type" => "redis_error").increment(1);
     }
 }
 
 /// Records one API call's decision time.
 pub(crate) fn decision_time(api: &'static str, started: Instant) {
-    metrics::histogram!(DECISION_SECONDS, "api" => api).record(started.elapsed().as_secs_f64());
+    let seconds = started.elapsed().as_secs_f64();
+    metrics::histogram!(DECISION_SECONDS, "api" => api).record(seconds);
+    if api == "grpc" {
+        let method = [("grpc_method", "ShouldRateLimit")];
+        metrics::counter!(UPSTREAM_REQUESTS, &method).increment(1);
+        metrics::histogram!(UPSTREAM_RESPONSE_TIME, &method).record(seconds);
+    }
 }
 
 /// Counts a configuration load.
 pub(crate) fn config_load(ok: bool) {
     let result = if ok { "ok" } else { "error" };
     metrics::counter!(CONFIG_LOADS, "result" => result).increment(1);
+    metrics::counter!(if ok {
+        UPSTREAM_LOAD_SUCCESS
+    } else {
+        UPSTREAM_LOAD_ERROR
+    })
+    .increment(1);
 }
 
 /// Counts a listener refusal.

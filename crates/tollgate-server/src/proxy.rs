@@ -43,6 +43,9 @@ pub enum ProxyError {
     /// The upstream is not an `http://host:port` URL.
     #[error("invalid upstream `{0}`: expected http://HOST:PORT")]
     Upstream(String),
+    /// The upstream URL has a path, which the proxy would not use.
+    #[error("invalid upstream `{0}`: a path is not supported (each request keeps its own path); give http://HOST:PORT")]
+    UpstreamPath(String),
     /// The file's HTTP rules do not build.
     #[error("the HTTP rules: {0}")]
     Rules(#[from] BuildError),
@@ -87,6 +90,11 @@ impl<B: Backend + Clone + 'static> Proxy<B> {
         let (Some("http"), Some(authority)) = (uri.scheme_str(), uri.authority()) else {
             return Err(invalid());
         };
+        // Requests are forwarded with their own path: a path here would be
+        // dropped without a word.
+        if uri.path_and_query().is_some_and(|p| p.as_str() != "/") {
+            return Err(ProxyError::UpstreamPath(upstream.to_string()));
+        }
         let proxy = Proxy {
             engine,
             forward: Forward(Arc::new(Upstream {

@@ -18,12 +18,12 @@ use tokio::sync::{oneshot, watch, Semaphore};
 use tokio::task::JoinHandle;
 use tower::util::BoxCloneService;
 
-use crate::config::{Config, ConfigError};
+use crate::config::{Config, ConfigError, DirectoryOptions, Source};
 use crate::engine::Engine;
 use crate::listener::{self, ListenerLimits};
 use crate::proxy::{Proxy, ProxyError};
 use crate::store::{self, AnyBackend, StoreError};
-use crate::{api, grpc, metrics, reload};
+use crate::{api, grpc, metrics, reload, upstream};
 
 /// Time past the drain bound that shutdown waits for a worker thread.
 const DRAIN_SLACK: std::time::Duration = std::time::Duration::from_secs(1);
@@ -31,9 +31,12 @@ const DRAIN_SLACK: std::time::Duration = std::time::Duration::from_secs(1);
 /// What to serve, and where.
 #[derive(Clone, Debug)]
 pub struct ServeOptions {
-    /// The configuration file; none serves no limits (every check is OK).
+    /// The configuration file, or a directory of them (see
+    /// [`Source`]); none serves no limits (every check is OK).
     pub config: Option<PathBuf>,
-    /// Reload the file when it changes.
+    /// How a configuration directory is read and watched.
+    pub directory: DirectoryOptions,
+    /// Reload the configuration when it changes.
     pub watch: bool,
     /// The store URL (`memory`, `redis://...`).
     pub store: String,
@@ -49,12 +52,26 @@ pub struct ServeOptions {
     pub limits: ListenerLimits,
     /// Reverse proxy mode, if wanted.
     pub proxy: Option<ProxyOptions>,
+    /// What envoyproxy/ratelimit's `/healthcheck` checks.
+    pub health: upstream::Health,
+    /// A listener of its own for the Prometheus metrics, besides `/metrics`
+    /// on the HTTP API (envoyproxy/ratelimit's `USE_PROMETHEUS`).
+    pub metrics: Option<MetricsOptions>,
     /// Threads serving the listeners, the caller's runtime included (see
     /// the module's documentation); 0 counts as 1, which serves everything
     /// on the caller's runtime.
     pub workers: usize,
     /// How answers are computed (envoyproxy/ratelimit's by default).
     pub answers: crate::answers::Answers,
+}
+
+/// The metrics' own listener: where, and at which path.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MetricsOptions {
+    /// The address.
+    pub listen: SocketAddr,
+    /// The path of the metrics (`/metrics`).
+    pub path: String,
 }
 
 /// Reverse proxy mode: where to listen, where to forward.
@@ -83,6 +100,9 @@ pub enum ServeError {
     /// A worker's thread or runtime could not start.
     #[error("cannot start a worker: {0}")]
     Worker(std::io::Error),
+    /// An option out of its range.
+    #[error("{0}")]
+    Invalid(&'static str),
     /// A listener could not bind.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
@@ -144,6 +164,7 @@ struct Sockets {
 struct Shared {
     engine: Arc<Engine<Arc<AnyBackend>>>,
     limits: ListenerLimits,
+    health: upstream::Health,
     stopping: watch::Receiver<bool>,
     /// Each address's connections, counted over all workers.
     grpc_permits: Arc<Semaphore>,
@@ -174,7 +195,8 @@ impl Shared {
         if let Some(socket) = sockets.http {
             tasks.push(tokio::spawn(listener::serve(
                 TcpListener::from_std(socket)?,
-                api::router(Arc::clone(&self.engine)),
+                api::router(Arc::clone(&self.engine))
+                    .merge(upstream::router(Arc::clone(&self.engine), self.health)),
                 self.limits,
                 Arc::clone(&self.http_permits),
                 self.stopping.clone(),
@@ -231,12 +253,30 @@ impl Shared {
 /// Loads the configuration, connects the store and starts every listener.
 pub async fn start(options: ServeOptions) -> Result<Running, ServeError> {
     metrics::handle();
-    let config = match &options.config {
-        Some(path) => Config::load(path)?,
+    if options.limits.max_connections == 0 {
+        return Err(ServeError::Invalid(
+            "--max-connections must be at least 1: with 0, every connection would be refused",
+        ));
+    }
+    let source = options.config.as_ref().map(|path| Source {
+        path: path.clone(),
+        directory: options.directory.clone(),
+    });
+    let backend = store::connect(&options.store, &options.prefix, options.store_timeout).await?;
+    let config = match &source {
+        Some(source) => reload::load(source, &backend)?,
         None => Config::default(),
     };
     metrics::config_load(true);
-    let backend = store::connect(&options.store, &options.prefix, options.store_timeout).await?;
+    if options.proxy.is_some() && config.http_rules().is_empty() {
+        tracing::warn!("--upstream without any HTTP rule: every request is forwarded unlimited (add `http: rules:` to the configuration)");
+    }
+    // For the startup log, before the configuration moves into the engine.
+    let config_name = source.as_ref().map_or_else(
+        || "none (every check is OK)".to_string(),
+        |s| s.path.display().to_string(),
+    );
+    let (limits, http_rules) = (config.entries().len(), config.http_rules().len());
     let engine = Arc::new(Engine::with_answers(
         config,
         Arc::new(backend),
@@ -264,6 +304,7 @@ pub async fn start(options: ServeOptions) -> Result<Running, ServeError> {
     let shared = Shared {
         engine: Arc::clone(&engine),
         limits: options.limits,
+        health: options.health,
         stopping: stopping.clone(),
         grpc_permits: permits(),
         http_permits: permits(),
@@ -280,6 +321,24 @@ pub async fn start(options: ServeOptions) -> Result<Running, ServeError> {
     if let Some((sockets, proxy)) = each.next() {
         tasks = shared.spawn(sockets, proxy).map_err(ServeError::Worker)?;
     }
+    // One task on the first worker: a scrape every few seconds.
+    let mut metrics_addr = None;
+    if let Some(m) = &options.metrics {
+        let listener = TcpListener::bind(m.listen)
+            .await
+            .map_err(|source| ServeError::Bind {
+                addr: m.listen,
+                source,
+            })?;
+        metrics_addr = listener.local_addr().ok();
+        tasks.push(tokio::spawn(listener::serve(
+            listener,
+            api::metrics_router(&m.path),
+            options.limits,
+            permits(),
+            stopping.clone(),
+        )));
+    }
     for (n, (sockets, proxy)) in each.enumerate() {
         threads.push(
             shared
@@ -287,12 +346,19 @@ pub async fn start(options: ServeOptions) -> Result<Running, ServeError> {
                 .map_err(ServeError::Worker)?,
         );
     }
-    if let (true, Some(path)) = (options.watch, options.config.clone()) {
-        match reload::watch_file(Arc::clone(&engine), path, stopping) {
-            Ok(watching) => drop(tokio::spawn(watching)),
-            Err(e) => tracing::error!(error = %e, "cannot watch the configuration file"),
-        }
-    }
+    reload::spawn(Arc::clone(&engine), source, options.watch, stopping);
+    tracing::info!(
+        config = %config_name,
+        limits,
+        http_rules,
+        store = %tollgate_redis::redact(&options.store),
+        grpc = ?grpc_addr,
+        http = ?http_addr,
+        proxy = ?proxy_addr,
+        metrics = ?metrics_addr,
+        workers,
+        "serving"
+    );
     Ok(Running {
         grpc: grpc_addr,
         http: http_addr,
@@ -348,7 +414,6 @@ impl Running {
 /// Serves until SIGTERM or Ctrl-C, then drains and returns.
 pub async fn serve_until_signal(options: ServeOptions) -> Result<(), ServeError> {
     let running = start(options).await?;
-    tracing::info!(grpc = ?running.grpc, http = ?running.http, proxy = ?running.proxy, "serving");
     stop_signal().await;
     tracing::info!("shutting down: draining requests in flight");
     running.shutdown().await;

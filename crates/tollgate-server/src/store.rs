@@ -39,34 +39,66 @@ pub enum StoreError {
     Connect(BackendError),
 }
 
+/// The kinds of store, told apart by their URL's scheme.
+enum Kind {
+    Memory,
+    Redis,
+    Postgres,
+}
+
+fn kind(url: &str) -> Result<Kind, StoreError> {
+    if url == "memory" || url == "memory://" {
+        return Ok(Kind::Memory);
+    }
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        return Ok(Kind::Postgres);
+    }
+    let redis = ["redis://", "rediss://", "unix://", CLUSTER_SCHEME];
+    if redis.iter().any(|scheme| url.starts_with(scheme)) {
+        return Ok(Kind::Redis);
+    }
+    Err(StoreError::Unsupported(redact(url)))
+}
+
+/// Whether the store `url` names could enforce `policy`, without
+/// connecting to it: what [`Backend::validate`] of the connected store
+/// answers, for `tollgate serve --check`.
+pub fn validate_offline(url: &str, policy: &Policy) -> Result<(), String> {
+    let checked = match kind(url).map_err(|e| e.to_string())? {
+        Kind::Memory => MemoryBackend::new().validate(policy),
+        Kind::Redis => RedisBackend::validate(policy),
+        // Exact for every quota (`numeric` arithmetic).
+        Kind::Postgres => Ok(()),
+    };
+    checked.map_err(|e| e.to_string())
+}
+
 /// Connects the store `url` names; keys go under `prefix` in shared stores,
 /// and each call on the request path gives up after `timeout`.
 pub async fn connect(url: &str, prefix: &str, timeout: Duration) -> Result<AnyBackend, StoreError> {
-    if url == "memory" || url == "memory://" {
-        return Ok(AnyBackend::Memory(MemoryBackend::with_clock(
+    match kind(url)? {
+        Kind::Memory => Ok(AnyBackend::Memory(MemoryBackend::with_clock(
             UnixClock::new(),
-        )));
+        ))),
+        Kind::Postgres => {
+            let backend = PostgresConfig::new(url)
+                .prefix(prefix)
+                .timeout(timeout)
+                .connect()
+                .await
+                .map_err(StoreError::Connect)?;
+            Ok(AnyBackend::Postgres(backend))
+        }
+        Kind::Redis => {
+            let backend = RedisConfig::new(url)
+                .prefix(prefix)
+                .timeout(timeout)
+                .connect()
+                .await
+                .map_err(StoreError::Connect)?;
+            Ok(AnyBackend::Redis(backend))
+        }
     }
-    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        let backend = PostgresConfig::new(url)
-            .prefix(prefix)
-            .timeout(timeout)
-            .connect()
-            .await
-            .map_err(StoreError::Connect)?;
-        return Ok(AnyBackend::Postgres(backend));
-    }
-    let redis = ["redis://", "rediss://", "unix://", CLUSTER_SCHEME];
-    if !redis.iter().any(|scheme| url.starts_with(scheme)) {
-        return Err(StoreError::Unsupported(redact(url)));
-    }
-    let backend = RedisConfig::new(url)
-        .prefix(prefix)
-        .timeout(timeout)
-        .connect()
-        .await
-        .map_err(StoreError::Connect)?;
-    Ok(AnyBackend::Redis(backend))
 }
 
 impl Backend for AnyBackend {

@@ -274,6 +274,17 @@ impl Builder<'_> {
     fn http_rule(&mut self, rule: Spanned<raw::HttpRule>) -> Result<(), ConfigError> {
         let at = rule.referenced;
         let r = rule.value;
+        // The name is written in the RateLimit-Policy field of answers: the
+        // layer refuses what could not be, so must the file.
+        if !tollgate_http::fields::valid_name(&r.name) {
+            return Err(self.error(
+                at,
+                format!(
+                    "HTTP rule name `{}` must be non-empty printable ASCII",
+                    r.name.escape_debug()
+                ),
+            ));
+        }
         if self.config.http_rules.iter().any(|x| x.name() == r.name) {
             return Err(self.error(at, format!("HTTP rule `{}` is defined twice", r.name)));
         }

@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use serde_saphyr::Location;
+use serde_saphyr::{Location, MessageFormatter, UserMessageFormatter};
 
 /// Why a configuration was refused: `file:line:column: message`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -41,11 +41,15 @@ impl ConfigError {
     /// A parse or type error from the YAML reader.
     pub(crate) fn from_yaml(file: &str, err: &serde_saphyr::Error) -> Self {
         let location = err.location().unwrap_or(Location::UNKNOWN);
-        // The rendered message may carry a source snippet on later lines;
-        // the first line is the message itself.
-        let rendered = err.to_string();
-        let message = rendered.lines().next().unwrap_or("invalid YAML").trim();
-        ConfigError::at(file, location, escape_controls(message))
+        // The message alone: the location is ours to write (once), and the
+        // user's wording leaves out the reader's own settings.
+        let message = UserMessageFormatter.format_message(err);
+        // serde's words for a number of the wrong form name a Rust type.
+        let message = message
+            .trim()
+            .replace("invalid u64", "expected a whole number, 0 or more")
+            .replace("invalid u32", "expected a whole number, 0 or more");
+        ConfigError::at(file, location, escape_controls(&message))
     }
 }
 

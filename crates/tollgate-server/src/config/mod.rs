@@ -35,6 +35,7 @@ mod build;
 mod describe;
 mod error;
 mod raw;
+mod source;
 mod tree;
 
 use std::collections::HashMap;
@@ -47,6 +48,7 @@ use tollgate_http::Rule;
 pub use describe::{describe_limit, describe_period};
 pub use error::ConfigError;
 pub use raw::StoreErrorMode;
+pub use source::{DirectoryOptions, Source};
 pub(crate) use tree::composite;
 pub use tree::Match;
 pub(crate) use tree::Node;
@@ -131,8 +133,17 @@ pub struct Config {
 
 impl Config {
     /// Parses and validates `text`; `file` names it in errors.
+    /// A file that defines nothing (empty, only comments: often a write
+    /// still in progress, or one cut short) is refused.
     pub fn parse(file: &str, text: &str) -> Result<Config, ConfigError> {
-        build::build(file, text)
+        let config = build::build(file, text)?;
+        if config.domains.is_empty() && config.http_rules.is_empty() {
+            return Err(ConfigError::unlocated(
+                file,
+                "the file defines no domain and no HTTP rule (is it empty, or still being written?)",
+            ));
+        }
+        Ok(config)
     }
 
     /// Reads and parses the file at `path`.
@@ -166,6 +177,39 @@ impl Config {
     /// The HTTP rules of the proxy mode, in file order.
     pub fn http_rules(&self) -> &[Rule] {
         &self.http_rules
+    }
+
+    /// Whether nothing is limited: no descriptor with a `rate_limit` and no
+    /// HTTP rule.
+    pub fn limits_nothing(&self) -> bool {
+        self.entries.is_empty() && self.http_rules.is_empty()
+    }
+
+    /// How many domains are defined.
+    pub fn domain_count(&self) -> usize {
+        self.domains.len()
+    }
+
+    /// Checks every policy against a store (`validate` is its
+    /// [`tollgate::Backend::validate`]), so that a limit the store cannot
+    /// decide is refused when the configuration is loaded, not at its first
+    /// request; the error names the limit.
+    pub fn check_store<E: std::fmt::Display>(
+        &self,
+        validate: impl Fn(&Policy) -> Result<(), E>,
+    ) -> Result<(), String> {
+        let limits = self.entries.iter().filter_map(|e| match &e.action {
+            Action::Limit(policy) => Some((format!("limit `{}`", e.path), policy)),
+            _ => None,
+        });
+        let rules = self
+            .http_rules
+            .iter()
+            .map(|r| (format!("HTTP rule `{}`", r.name()), r.policy()));
+        for (what, policy) in limits.chain(rules) {
+            validate(policy).map_err(|e| format!("{what}: the store cannot enforce it: {e}"))?;
+        }
+        Ok(())
     }
 
     /// One line per configured limit and HTTP rule, in words.

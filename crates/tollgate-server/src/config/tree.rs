@@ -45,6 +45,21 @@ pub(crate) fn composite(key: &str, value: Option<&str>) -> String {
 }
 
 impl Node {
+    /// Adds `other`'s descriptors to this level; the first composite key
+    /// (`key` or `key_value`) already here is the error.
+    pub(super) fn merge(&mut self, other: Node) -> Result<(), String> {
+        if let Some(taken) = other
+            .children
+            .keys()
+            .find(|k| self.children.contains_key(*k))
+        {
+            return Err(taken.clone());
+        }
+        self.wildcards.extend(other.wildcards);
+        self.children.extend(other.children);
+        Ok(())
+    }
+
     /// The child matching one entry, by precedence: the exact composite
     /// key, then the first wildcard by prefix, then the key alone. With it,
     /// the pattern to count under when a `share_threshold` wildcard matched.

@@ -30,6 +30,7 @@ impl TestServer {
 pub fn options(path: PathBuf, store: &str) -> ServeOptions {
     ServeOptions {
         config: Some(path),
+        directory: Default::default(),
         watch: false,
         store: store.to_string(),
         prefix: format!("tollgate-test:{}:", std::process::id()),
@@ -39,6 +40,8 @@ pub fn options(path: PathBuf, store: &str) -> ServeOptions {
         grpc: Some("127.0.0.1:0".parse().unwrap()),
         http: Some("127.0.0.1:0".parse().unwrap()),
         limits: ListenerLimits::default(),
+        health: Default::default(),
+        metrics: None,
         proxy: None,
         workers: 1,
         answers: Default::default(),
