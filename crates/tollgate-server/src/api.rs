@@ -24,7 +24,8 @@ use tollgate::{Algorithm, Backend, Limit, Policy, Quota};
 use tollgate_http::fields;
 
 use crate::engine::{
-    AppliedLimit, CheckError, CheckRequest, CheckResponse, Code, DescriptorRequest, Engine,
+    AppliedLimit, CheckError, CheckRequest, CheckResponse, Code, DescriptorRequest,
+    DescriptorStatus, Engine,
 };
 use crate::metrics;
 
@@ -171,11 +172,18 @@ fn answer(response: &CheckResponse) -> Response {
     };
     let mut res = Json(out).into_response();
     if response.overall == Code::OverLimit {
-        *res.status_mut() = StatusCode::TOO_MANY_REQUESTS;
-        let wait = response
+        let over = response
             .statuses
             .iter()
-            .filter(|s| s.code == Code::OverLimit)
+            .filter(|s| s.code == Code::OverLimit);
+        if over.clone().any(never_fits) {
+            // As the HTTP layer: no wait would let it through, so no
+            // `Retry-After` to tempt a client into waiting for nothing.
+            *res.status_mut() = StatusCode::PAYLOAD_TOO_LARGE;
+            return res;
+        }
+        *res.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+        let wait = over
             .map(|s| s.retry_after_ns.unwrap_or(s.reset_after_ns))
             .max()
             .unwrap_or(0);
@@ -185,6 +193,13 @@ fn answer(response: &CheckResponse) -> Response {
         );
     }
     res
+}
+
+/// Whether a refused descriptor asked for more than its limit can ever hold:
+/// the engine reports that wait as `u64::MAX` nanoseconds (the store's
+/// `RetryAfter::Never`).
+fn never_fits(status: &DescriptorStatus) -> bool {
+    status.retry_after_ns == Some(u64::MAX)
 }
 
 async fn check<B: Backend + 'static>(

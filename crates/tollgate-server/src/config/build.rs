@@ -50,7 +50,9 @@ pub(super) fn build(file: &str, text: &str) -> Result<Config, ConfigError> {
         b.domain(domain)?;
     }
     b.check_replaces()?;
-    for rule in raw.http.map(|h| h.rules).unwrap_or_default() {
+    let http = raw.http.unwrap_or_default();
+    b.config.http_client_ip = http.client_ip;
+    for rule in http.rules {
         b.http_rule(rule)?;
     }
     Ok(b.config)
@@ -234,6 +236,9 @@ impl Builder<'_> {
                 format!("`burst` does not apply to {algorithm}; it applies to token_bucket, gcra, leaky_bucket and leaky_queue"),
             ));
         }
+        if spec.burst == Some(0) {
+            return Err(self.error(at, "`burst` must be at least 1"));
+        }
         let quota = Quota::with_parts(limit, period, spec.burst.unwrap_or(limit))
             .map_err(|e| self.error(at, format!("impossible quota: {e}")))?;
         Ok(Limit::new(algorithm, quota))
@@ -286,6 +291,15 @@ impl Builder<'_> {
         }
         if let Some(cost) = r.cost {
             out = out.cost(cost);
+        }
+        if let Some(min) = r.min_cost {
+            if min.value == 0 {
+                return Err(self.error(min.referenced, "`min_cost` must be at least 1"));
+            }
+            out = out.min_cost(min.value);
+        }
+        if let Some(client_ip) = r.client_ip {
+            out = out.client_ip(client_ip);
         }
         self.config
             .http_descriptions

@@ -42,7 +42,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use tollgate::Policy;
-use tollgate_http::Rule;
+use tollgate_http::{ClientIp, Rule};
 
 pub use describe::{describe_limit, describe_period};
 pub use error::ConfigError;
@@ -87,6 +87,7 @@ pub struct Config {
     entries: Vec<Arc<LimitEntry>>,
     http_rules: Vec<Rule>,
     http_descriptions: Vec<String>,
+    http_client_ip: ClientIp,
 }
 
 impl Config {
@@ -120,6 +121,12 @@ impl Config {
     /// The HTTP rules of the proxy mode, in file order.
     pub fn http_rules(&self) -> &[Rule] {
         &self.http_rules
+    }
+
+    /// How the proxy finds the client's address (`http.client_ip`: the
+    /// socket peer unless trusted proxies are listed).
+    pub fn http_client_ip(&self) -> &ClientIp {
+        &self.http_client_ip
     }
 
     /// One line per configured limit and HTTP rule, in words.

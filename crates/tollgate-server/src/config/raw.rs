@@ -3,7 +3,7 @@
 
 use serde::Deserialize;
 use serde_saphyr::Spanned;
-use tollgate_http::{Cost, Key, Matcher, MissingKey, Mode};
+use tollgate_http::{ClientIp, Cost, Key, Matcher, MissingKey, Mode};
 
 /// The whole file: an envoyproxy/ratelimit file (`domain` and
 /// `descriptors`), a list of them under `domains`, or both, plus the HTTP
@@ -128,6 +128,9 @@ pub enum StoreErrorMode {
 pub(crate) struct Http {
     #[serde(default)]
     pub rules: Vec<Spanned<HttpRule>>,
+    /// The load balancers in front of the proxy, for every rule's `ip` key.
+    #[serde(default)]
+    pub client_ip: ClientIp,
 }
 
 /// One `tollgate_http::Rule`.
@@ -138,7 +141,11 @@ pub(crate) struct HttpRule {
     #[serde(default, rename = "match")]
     pub matcher: Matcher,
     pub key: Option<Key>,
+    /// This rule's own load balancers, instead of `http.client_ip`.
+    pub client_ip: Option<ClientIp>,
     pub cost: Option<Cost>,
+    /// The least a client-chosen cost may be (1 when absent).
+    pub min_cost: Option<Spanned<u64>>,
     #[serde(default)]
     pub mode: Mode,
     #[serde(default)]
