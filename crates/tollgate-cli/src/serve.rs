@@ -8,9 +8,10 @@ use std::time::Duration;
 use anyhow::Context;
 use tollgate_cli::duration::parse_duration;
 use tollgate_server::config::Config;
-use tollgate_server::listener::ListenerLimits;
+use tollgate_server::listener::{ListenerLimits, Pace};
 use tollgate_server::logs::{self, LogFormat};
 use tollgate_server::server::{self, ProxyOptions, ServeOptions};
+use tollgate_server::store::MemoryBounds;
 
 use crate::timeout::{parse_timeout, DEFAULT as DEFAULT_TIMEOUT};
 
@@ -67,6 +68,18 @@ pub struct Args {
         env = "TOLLGATE_PREFIX"
     )]
     prefix: String,
+    /// With --store memory: keys held at most per limit (a new key beyond it takes an idle
+    /// one's place, or shares one budget with the others left out); about 200 bytes each.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 1_000_000,
+        env = "TOLLGATE_MEMORY_MAX_KEYS"
+    )]
+    memory_max_keys: usize,
+    /// With --store memory: how often keys back to a full budget are forgotten.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_timeout, env = "TOLLGATE_MEMORY_SWEEP_EVERY")]
+    memory_sweep_every: u64,
     /// Address of Envoy's rate limit gRPC API.
     #[arg(
         long,
@@ -133,6 +146,19 @@ pub struct Args {
     /// Largest request body, in bytes (larger: 413); unbounded when unset.
     #[arg(long, value_name = "BYTES", env = "TOLLGATE_MAX_BODY_BYTES")]
     max_body_bytes: Option<u64>,
+    /// Time a request body may take to arrive, plus one second per --body-min-rate bytes
+    /// received (slower: 408, closed); only time spent waiting for the client counts.
+    #[arg(long, value_name = "DURATION", default_value = "20s", value_parser = parse_timeout, env = "TOLLGATE_BODY_TIMEOUT")]
+    body_timeout: u64,
+    /// Bytes per second of request body that earn one more second of --body-timeout; 0 makes
+    /// --body-timeout a plain deadline.
+    #[arg(
+        long,
+        value_name = "BYTES",
+        default_value_t = 500,
+        env = "TOLLGATE_BODY_MIN_RATE"
+    )]
+    body_min_rate: u64,
     /// Most connections open at once per listener (more: 503; on gRPC, a GOAWAY).
     #[arg(
         long,
@@ -177,6 +203,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         store: args.store,
         prefix: args.prefix,
         store_timeout: Duration::from_nanos(args.store_timeout),
+        memory: MemoryBounds {
+            max_keys: args.memory_max_keys,
+            sweep_every: Duration::from_nanos(args.memory_sweep_every),
+        },
         grpc: (!args.no_grpc).then_some(args.grpc_listen),
         http: Some(args.http_listen),
         limits: ListenerLimits {
@@ -185,6 +215,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             max_header_bytes: args.max_header_bytes,
             max_headers: args.max_headers,
             max_body_bytes: args.max_body_bytes,
+            body_pace: Pace {
+                timeout: Duration::from_nanos(args.body_timeout),
+                min_rate: args.body_min_rate,
+            },
             max_connections: args.max_connections,
             max_concurrent_streams: args.max_concurrent_streams,
             drain: Duration::from_nanos(args.drain_timeout),

@@ -223,6 +223,12 @@ async fn check<B: Backend + 'static>(
                 CheckError::EmptyDomain => "domain".to_string(),
                 CheckError::NoDescriptors => "descriptors".to_string(),
                 CheckError::EmptyDescriptor(i) => format!("descriptors[{i}].entries"),
+                CheckError::TooLong {
+                    descriptor,
+                    entry,
+                    part,
+                    ..
+                } => format!("descriptors[{descriptor}].entries[{entry}].{part}"),
                 CheckError::Store { .. } => unreachable!("answered above"),
             };
             error(StatusCode::BAD_REQUEST, e.to_string(), Some(field))

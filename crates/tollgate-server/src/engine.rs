@@ -133,6 +133,19 @@ pub enum CheckError {
     /// A descriptor has no entries.
     #[error("descriptor {0} has no entries")]
     EmptyDescriptor(usize),
+    /// An entry's key or value is longer than [`MAX_ENTRY_BYTES`]: refused
+    /// rather than stored, so a client cannot fill the store with its data.
+    #[error("descriptor {descriptor} entry {entry}: the {part} is {len} bytes, more than the {MAX_ENTRY_BYTES} allowed")]
+    TooLong {
+        /// The descriptor's index.
+        descriptor: usize,
+        /// The entry's index in it.
+        entry: usize,
+        /// `key` or `value`.
+        part: &'static str,
+        /// Its length.
+        len: usize,
+    },
     /// A limit configured to fail closed could not reach its store.
     #[error("the store failed for `{path}`: {source}")]
     Store {
@@ -190,6 +203,7 @@ impl<B: Backend> Engine<B> {
         {
             return Err(CheckError::EmptyDescriptor(i));
         }
+        too_long(&request.descriptors)?;
         // Held to the end, so a reload never changes a request midway.
         let config = self.config.load_full();
         let matched: Vec<Option<&Arc<LimitEntry>>> = request
@@ -287,6 +301,30 @@ impl<B: Backend> Engine<B> {
                 .then(|| decision.retry_after.as_nanos().unwrap_or(u64::MAX)),
         })
     }
+}
+
+/// The longest key or value of a descriptor entry, in bytes: the HTTP
+/// layer's bound on a key ([`tollgate_http::MAX_KEY_BYTES`]). A store key is
+/// then at most the configuration's depth times twice that.
+pub const MAX_ENTRY_BYTES: usize = tollgate_http::MAX_KEY_BYTES;
+
+/// The first entry of `descriptors` over [`MAX_ENTRY_BYTES`], as an error.
+fn too_long(descriptors: &[DescriptorRequest]) -> Result<(), CheckError> {
+    for (descriptor, d) in descriptors.iter().enumerate() {
+        for (entry, (key, value)) in d.entries.iter().enumerate() {
+            for (part, text) in [("key", key), ("value", value)] {
+                if text.len() > MAX_ENTRY_BYTES {
+                    return Err(CheckError::TooLong {
+                        descriptor,
+                        entry,
+                        part,
+                        len: text.len(),
+                    });
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 fn applied(entry: &LimitEntry, limit: Option<Limit>) -> AppliedLimit {

@@ -41,6 +41,8 @@ pub struct ServeOptions {
     pub prefix: String,
     /// Deadline of one store call ([`store::DEFAULT_STORE_TIMEOUT`]).
     pub store_timeout: std::time::Duration,
+    /// The memory store's key bound and idle sweep.
+    pub memory: store::MemoryBounds,
     /// Envoy's gRPC API; `None` to not serve it.
     pub grpc: Option<SocketAddr>,
     /// The HTTP JSON API, health and metrics; `None` to not serve it.
@@ -234,7 +236,13 @@ pub async fn start(options: ServeOptions) -> Result<Running, ServeError> {
         None => Config::default(),
     };
     metrics::config_load(true);
-    let backend = store::connect(&options.store, &options.prefix, options.store_timeout).await?;
+    let backend = store::connect(
+        &options.store,
+        &options.prefix,
+        options.store_timeout,
+        options.memory,
+    )
+    .await?;
     let engine = Arc::new(Engine::new(config, Arc::new(backend)));
     let workers = options.workers.max(1);
     // One proxy per worker: its upstream connections are driven by the
@@ -281,6 +289,11 @@ pub async fn start(options: ServeOptions) -> Result<Running, ServeError> {
                 .map_err(ServeError::Worker)?,
         );
     }
+    drop(tokio::spawn(store::sweep_idle(
+        Arc::clone(engine.backend()),
+        options.memory.sweep_every,
+        stopping.clone(),
+    )));
     if let (true, Some(path)) = (options.watch, options.config.clone()) {
         match reload::watch_file(Arc::clone(&engine), path, stopping) {
             Ok(watching) => drop(tokio::spawn(watching)),

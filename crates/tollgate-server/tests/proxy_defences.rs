@@ -308,3 +308,96 @@ async fn x_forwarded_for_names_an_ipv4_client_as_its_key_does() {
     );
     server.running.shutdown().await;
 }
+
+/// A proxy whose bodies are bounded to 1,000 bytes, arriving within 1 s
+/// plus a second per 100 bytes.
+async fn bounded_proxy() -> support::TestServer {
+    proxy(UNRELATED, |o| {
+        o.limits.max_body_bytes = Some(1000);
+        o.limits.body_pace = tollgate_server::listener::Pace {
+            timeout: Duration::from_secs(1),
+            min_rate: 100,
+        };
+    })
+    .await
+}
+
+fn refused(reason: &str) -> u64 {
+    let text = support::get_metrics_text().1;
+    let needle = format!("tollgate_server_refused_total{{reason=\"{reason}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&needle))
+        .map_or(0, |n| n.trim().parse().unwrap())
+}
+
+#[tokio::test]
+async fn chunked_bodies_over_the_bound_or_malformed_are_the_clients_errors() {
+    let server = bounded_proxy().await;
+    let addr = server.running.proxy.unwrap();
+    let head =
+        "POST /up HTTP/1.1\r\nhost: h\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n";
+    let (status, text) = raw(addr, head, b"3e8\r\n").await;
+    assert_eq!(status, 408, "a body that stops midway: {text}");
+    let before = refused("body_too_large");
+    let mut over = Vec::new();
+    for _ in 0..3 {
+        over.extend_from_slice(b"1f4\r\n");
+        over.extend_from_slice(&[b'x'; 500]);
+        over.extend_from_slice(b"\r\n");
+    }
+    over.extend_from_slice(b"0\r\n\r\n");
+    let (status, text) = raw(addr, head, &over).await;
+    assert_eq!(status, 413, "{text}");
+    assert!(refused("body_too_large") > before);
+    let before = refused("body_malformed");
+    let (status, text) = raw(addr, head, b"zz\r\nxx\r\n0\r\n\r\n").await;
+    assert_eq!(status, 400, "{text}");
+    assert!(refused("body_malformed") > before);
+    // Within the bound, forwarded whole.
+    let (status, text) = raw(
+        addr,
+        head,
+        b"1f4\r\n"
+            .iter()
+            .chain(&[b'x'; 500])
+            .chain(b"\r\n0\r\n\r\n")
+            .copied()
+            .collect::<Vec<_>>()
+            .as_slice(),
+    )
+    .await;
+    assert_eq!(status, 200, "{text}");
+    assert!(text.contains(r#""length":500"#), "{text}");
+    server.running.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_slow_upload_is_cut_with_408() {
+    let server = bounded_proxy().await;
+    let before = refused("body_timeout");
+    let mut stream = tokio::net::TcpStream::connect(server.running.proxy.unwrap())
+        .await
+        .unwrap();
+    stream
+        .write_all(b"POST /up HTTP/1.1\r\nhost: h\r\ncontent-length: 100\r\n\r\n")
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    // A byte every 200 ms: 5 bytes a second, far under 100.
+    let answer = loop {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        if stream.write_all(b"x").await.is_err() {
+            break String::new();
+        }
+        let mut buf = [0u8; 256];
+        match tokio::time::timeout(Duration::from_millis(1), stream.read(&mut buf)).await {
+            Ok(Ok(n)) if n > 0 => break String::from_utf8_lossy(&buf[..n]).into_owned(),
+            _ if started.elapsed() > Duration::from_secs(15) => panic!("never cut"),
+            _ => {}
+        }
+    };
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert!(refused("body_timeout") > before);
+    server.running.shutdown().await;
+}
