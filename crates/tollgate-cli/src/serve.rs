@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use tollgate_cli::duration::parse_duration;
+use tollgate_server::api::ApiToken;
 use tollgate_server::config::Config;
 use tollgate_server::listener::{ListenerLimits, Pace};
 use tollgate_server::logs::{self, LogFormat};
@@ -80,6 +81,15 @@ pub struct Args {
     /// With --store memory: how often keys back to a full budget are forgotten.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_timeout, env = "TOLLGATE_MEMORY_SWEEP_EVERY")]
     memory_sweep_every: u64,
+    /// Distinct descriptor values that get a metric series of their own under
+    /// `detailed_metric: true`; the values beyond are counted together as `PATH:other`.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = tollgate_server::metrics::DEFAULT_DETAILED_SERIES,
+        env = "TOLLGATE_MAX_DETAILED_SERIES"
+    )]
+    max_detailed_series: usize,
     /// Address of Envoy's rate limit gRPC API.
     #[arg(
         long,
@@ -99,6 +109,10 @@ pub struct Args {
         env = "TOLLGATE_HTTP_LISTEN"
     )]
     http_listen: SocketAddr,
+    /// A file holding the bearer token that /v1/* and /metrics then need
+    /// (`Authorization: Bearer TOKEN`); /healthz, /readyz and gRPC stay open.
+    #[arg(long, value_name = "FILE", env = "TOLLGATE_HTTP_TOKEN_FILE")]
+    http_token_file: Option<PathBuf>,
     /// Reverse proxy mode: put the file's `http` rules in front of this service (http://HOST:PORT).
     #[arg(long, value_name = "URL", env = "TOLLGATE_UPSTREAM")]
     upstream: Option<String>,
@@ -197,6 +211,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         return check(path);
     }
     logs::init(args.log_format, &args.log).map_err(anyhow::Error::msg)?;
+    tollgate_server::metrics::bound_detailed_series(args.max_detailed_series);
     let options = ServeOptions {
         config: args.config,
         watch: !args.no_watch,
@@ -209,6 +224,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         },
         grpc: (!args.no_grpc).then_some(args.grpc_listen),
         http: Some(args.http_listen),
+        http_token: args
+            .http_token_file
+            .as_deref()
+            .map(ApiToken::from_file)
+            .transpose()?,
         limits: ListenerLimits {
             header_timeout: Duration::from_nanos(args.header_timeout),
             idle_timeout: Duration::from_nanos(args.idle_timeout),

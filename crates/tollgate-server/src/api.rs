@@ -10,12 +10,15 @@
 //! {"overall_code":"OK","statuses":[{"code":"OK","current_limit":{...},"limit_remaining":99,...}]}
 //! ```
 
+mod token;
+
 use std::sync::{Arc, LazyLock};
 use std::time::Instant;
 
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{header, HeaderValue, StatusCode};
+use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -29,19 +32,30 @@ use crate::engine::{
 };
 use crate::metrics;
 
+pub use self::token::{ApiToken, TokenError};
+
 /// The most a `/v1/check` body may hold.
 pub const MAX_CHECK_BODY: usize = 64 * 1024;
 
-/// The API's routes over a shared engine.
-pub fn router<B: Backend + 'static>(engine: Arc<Engine<B>>) -> Router {
-    Router::new()
+/// The API's routes over a shared engine; with a `token`, `/v1/*` and
+/// `/metrics` need it ([`token`]), the health probes never do.
+pub fn router<B: Backend + 'static>(engine: Arc<Engine<B>>, token: Option<ApiToken>) -> Router {
+    let mut guarded = Router::new()
         .route("/v1/check", post(check::<B>))
+        .route("/metrics", get(render_metrics));
+    if let Some(token) = token {
+        guarded = guarded.route_layer(middleware::from_fn_with_state(
+            Arc::new(token),
+            token::require,
+        ));
+    }
+    Router::new()
         .route(
             "/healthz",
             get(|| async { Json(serde_json::json!({"status": "ok"})) }),
         )
         .route("/readyz", get(ready::<B>))
-        .route("/metrics", get(render_metrics))
+        .merge(guarded)
         .with_state(engine)
 }
 

@@ -47,6 +47,9 @@ pub struct ServeOptions {
     pub grpc: Option<SocketAddr>,
     /// The HTTP JSON API, health and metrics; `None` to not serve it.
     pub http: Option<SocketAddr>,
+    /// The bearer token `/v1/*` and `/metrics` need; `None` leaves them
+    /// open to whoever reaches `http` (a warning at start says so).
+    pub http_token: Option<api::ApiToken>,
     /// The bounds of every listener (gRPC's too, see [`listener::grpc`]).
     pub limits: ListenerLimits,
     /// Reverse proxy mode, if wanted.
@@ -144,6 +147,7 @@ struct Sockets {
 struct Shared {
     engine: Arc<Engine<Arc<AnyBackend>>>,
     limits: ListenerLimits,
+    http_token: Option<api::ApiToken>,
     stopping: watch::Receiver<bool>,
     /// Each address's connections, counted over all workers.
     grpc_permits: Arc<Semaphore>,
@@ -174,7 +178,7 @@ impl Shared {
         if let Some(socket) = sockets.http {
             tasks.push(tokio::spawn(listener::serve(
                 TcpListener::from_std(socket)?,
-                api::router(Arc::clone(&self.engine)),
+                api::router(Arc::clone(&self.engine), self.http_token.clone()),
                 self.limits,
                 Arc::clone(&self.http_permits),
                 self.stopping.clone(),
@@ -259,6 +263,12 @@ pub async fn start(options: ServeOptions) -> Result<Running, ServeError> {
         .collect::<Result<Vec<_>, _>>()?;
     let (grpc_addr, grpc) = bind_each(options.grpc, workers).await?;
     let (http_addr, http) = bind_each(options.http, workers).await?;
+    if let (Some(addr), None) = (http_addr, &options.http_token) {
+        if !addr.ip().is_loopback() {
+            tracing::warn!(%addr, "the HTTP API's /v1/check and /metrics answer anyone who reaches this address; \
+                set --http-token-file, or listen on 127.0.0.1 (docs/SERVER.md)");
+        }
+    }
     let proxy_listen = options.proxy.as_ref().map(|p| p.listen);
     let (proxy_addr, proxy) = bind_each(proxy_listen, workers).await?;
     let (stop, stopping) = watch::channel(false);
@@ -266,6 +276,7 @@ pub async fn start(options: ServeOptions) -> Result<Running, ServeError> {
     let shared = Shared {
         engine: Arc::clone(&engine),
         limits: options.limits,
+        http_token: options.http_token.clone(),
         stopping: stopping.clone(),
         grpc_permits: permits(),
         http_permits: permits(),
