@@ -70,7 +70,8 @@ pub struct Args {
     )]
     prefix: String,
     /// With --store memory: keys held at most per limit (a new key beyond it takes an idle
-    /// one's place, or shares one budget with the others left out); about 200 bytes each.
+    /// one's place, or shares one budget with the others left out); each takes about 70 bytes
+    /// plus its length.
     #[arg(
         long,
         value_name = "N",

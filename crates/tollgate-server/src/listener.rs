@@ -46,8 +46,9 @@ use tokio::time::Instant;
 use tollgate_http::PeerAddr;
 use tower::{Service, ServiceExt};
 
+pub(crate) use self::body::Fault;
 pub use self::body::Pace;
-use self::body::{Fault, FaultSlot, Guarded};
+use self::body::{FaultSlot, Guarded};
 use self::clock::{Clock, Expired, Finished};
 use crate::metrics;
 

@@ -40,7 +40,7 @@ use self::headers::{append_forwarded, remove_hop_by_hop};
 use self::pool::Pool;
 use crate::config::Config;
 use crate::engine::Engine;
-use crate::listener::HttpService;
+use crate::listener::{Fault, HttpService};
 use crate::metrics;
 
 /// Why the proxy cannot start.
@@ -215,6 +215,8 @@ async fn forward(
                 StatusCode::GATEWAY_TIMEOUT,
                 "the upstream did not answer in time\n",
             ),
+            // The client's body failed (the listener answers for it).
+            Ok(Err(e)) if Fault::behind(&*e).is_some() => status(StatusCode::BAD_REQUEST, ""),
             Ok(Err(e)) => {
                 tracing::warn!(error = %e, "upstream request failed");
                 status(StatusCode::BAD_GATEWAY, "the upstream is unreachable\n")

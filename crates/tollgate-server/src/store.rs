@@ -33,7 +33,7 @@ pub struct MemoryBounds {
 impl Default for MemoryBounds {
     fn default() -> Self {
         MemoryBounds {
-            // About 200 MB per limit at worst (docs/SERVER.md).
+            // About 160 MB per limit for keys of 100 bytes (docs/SERVER.md).
             max_keys: 1_000_000,
             sweep_every: Duration::from_secs(10),
         }

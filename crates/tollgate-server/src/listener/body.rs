@@ -48,6 +48,18 @@ impl Fault {
         }
     }
 
+    /// The fault behind `error`, if a request body is what failed.
+    pub(crate) fn behind(error: &(dyn std::error::Error + 'static)) -> Option<Fault> {
+        let mut cause = Some(error);
+        while let Some(e) = cause {
+            if let Some(fault) = e.downcast_ref::<Fault>() {
+                return Some(*fault);
+            }
+            cause = e.source();
+        }
+        None
+    }
+
     /// Its `reason` in `tollgate_server_refused_total`.
     pub(crate) fn reason(self) -> &'static str {
         match self {
