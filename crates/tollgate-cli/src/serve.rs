@@ -12,7 +12,7 @@ use tollgate_server::config::Config;
 use tollgate_server::listener::{ListenerLimits, Pace};
 use tollgate_server::logs::{self, LogFormat};
 use tollgate_server::server::{self, ProxyOptions, ServeOptions};
-use tollgate_server::store::MemoryBounds;
+use tollgate_server::store::MemorySettings;
 
 use crate::timeout::{parse_timeout, DEFAULT as DEFAULT_TIMEOUT};
 
@@ -71,17 +71,13 @@ pub struct Args {
     prefix: String,
     /// With --store memory: keys held at most per limit (a new key beyond it takes an idle
     /// one's place, or shares one budget with the others left out); each takes about 70 bytes
-    /// plus its length.
-    #[arg(
-        long,
-        value_name = "N",
-        default_value_t = 1_000_000,
-        env = "TOLLGATE_MEMORY_MAX_KEYS"
-    )]
-    memory_max_keys: usize,
-    /// With --store memory: how often keys back to a full budget are forgotten.
-    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_timeout, env = "TOLLGATE_MEMORY_SWEEP_EVERY")]
-    memory_sweep_every: u64,
+    /// plus its length. Over the file's `memory.max_keys`; 1000000 when neither is given.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..), env = "TOLLGATE_MEMORY_MAX_KEYS")]
+    memory_max_keys: Option<u64>,
+    /// With --store memory: how often keys back to a full budget are forgotten. Over the
+    /// file's `memory.sweep_every`; 10s when neither is given.
+    #[arg(long, value_name = "DURATION", value_parser = parse_timeout, env = "TOLLGATE_MEMORY_SWEEP_EVERY")]
+    memory_sweep_every: Option<u64>,
     /// Distinct descriptor values that get a metric series of their own under
     /// `detailed_metric: true`; the values beyond are counted together as `PATH:other`.
     #[arg(
@@ -219,9 +215,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         store: args.store,
         prefix: args.prefix,
         store_timeout: Duration::from_nanos(args.store_timeout),
-        memory: MemoryBounds {
-            max_keys: args.memory_max_keys,
-            sweep_every: Duration::from_nanos(args.memory_sweep_every),
+        memory: MemorySettings {
+            max_keys: args
+                .memory_max_keys
+                .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
+            sweep_every: args.memory_sweep_every.map(Duration::from_nanos),
         },
         grpc: (!args.no_grpc).then_some(args.grpc_listen),
         http: Some(args.http_listen),

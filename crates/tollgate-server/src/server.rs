@@ -41,8 +41,8 @@ pub struct ServeOptions {
     pub prefix: String,
     /// Deadline of one store call ([`store::DEFAULT_STORE_TIMEOUT`]).
     pub store_timeout: std::time::Duration,
-    /// The memory store's key bound and idle sweep.
-    pub memory: store::MemoryBounds,
+    /// The memory store's key bound and idle sweep (over the file's).
+    pub memory: store::MemorySettings,
     /// Envoy's gRPC API; `None` to not serve it.
     pub grpc: Option<SocketAddr>,
     /// The HTTP JSON API, health and metrics; `None` to not serve it.
@@ -240,11 +240,13 @@ pub async fn start(options: ServeOptions) -> Result<Running, ServeError> {
         None => Config::default(),
     };
     metrics::config_load(true);
+    // Read at start: the store is not rebuilt on reload.
+    let memory = options.memory.or(config.memory()).bounds();
     let backend = store::connect(
         &options.store,
         &options.prefix,
         options.store_timeout,
-        options.memory,
+        memory,
     )
     .await?;
     let engine = Arc::new(Engine::new(config, Arc::new(backend)));
@@ -302,7 +304,7 @@ pub async fn start(options: ServeOptions) -> Result<Running, ServeError> {
     }
     drop(tokio::spawn(store::sweep_idle(
         Arc::clone(engine.backend()),
-        options.memory.sweep_every,
+        memory.sweep_every,
         stopping.clone(),
     )));
     if let (true, Some(path)) = (options.watch, options.config.clone()) {

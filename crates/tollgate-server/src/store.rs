@@ -19,7 +19,37 @@ use tollgate_redis::{redact, RedisBackend, RedisConfig, CLUSTER_SCHEME};
 /// `on_store_error` should decide rather than the client.
 pub const DEFAULT_STORE_TIMEOUT: Duration = tollgate_redis::DEFAULT_TIMEOUT;
 
-/// The memory store's bounds (`--memory-max-keys`, `--memory-sweep-every`).
+/// The memory store's bounds, as given by the flags (`--memory-max-keys`,
+/// `--memory-sweep-every`) or the file's `memory` section: each `None`
+/// leaves the choice to the next source, then to [`MemoryBounds::default`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemorySettings {
+    /// See [`MemoryBounds::max_keys`].
+    pub max_keys: Option<usize>,
+    /// See [`MemoryBounds::sweep_every`].
+    pub sweep_every: Option<Duration>,
+}
+
+impl MemorySettings {
+    /// These settings, with `fallback`'s where these have none.
+    pub fn or(self, fallback: MemorySettings) -> MemorySettings {
+        MemorySettings {
+            max_keys: self.max_keys.or(fallback.max_keys),
+            sweep_every: self.sweep_every.or(fallback.sweep_every),
+        }
+    }
+
+    /// The bounds, defaults filled in.
+    pub fn bounds(self) -> MemoryBounds {
+        let default = MemoryBounds::default();
+        MemoryBounds {
+            max_keys: self.max_keys.unwrap_or(default.max_keys),
+            sweep_every: self.sweep_every.unwrap_or(default.sweep_every),
+        }
+    }
+}
+
+/// The memory store's bounds in force.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MemoryBounds {
     /// Keys held at most per policy (each distinct limit is one policy); a

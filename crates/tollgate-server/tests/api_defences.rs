@@ -174,9 +174,10 @@ async fn long_descriptor_values_are_refused_on_both_apis() {
 
 #[tokio::test]
 async fn the_memory_store_holds_a_bounded_number_of_keys_and_forgets_idle_ones() {
-    let server = support::start_with(CONFIG, |o| {
-        o.memory.max_keys = 10;
-        o.memory.sweep_every = Duration::from_millis(200);
+    // The bound from the file, the sweep from the flag.
+    let config = format!("{CONFIG}memory: {{ max_keys: 10, sweep_every: 1h }}\n");
+    let server = support::start_with(&config, |o| {
+        o.memory.sweep_every = Some(Duration::from_millis(200));
     })
     .await;
     let url = server.http_url("/v1/check");
@@ -272,4 +273,23 @@ async fn a_token_guards_the_api_and_metrics_but_not_health_or_grpc() {
         .await;
     assert!(answer.is_ok(), "{answer:?}");
     server.running.shutdown().await;
+}
+
+#[test]
+fn the_memory_section_is_validated() {
+    let parse = |yaml: &str| tollgate_server::config::Config::parse("f.yaml", yaml);
+    let e = parse("memory:\n  max_keys: 0\n").unwrap_err();
+    assert_eq!(
+        (e.line, e.message.as_str()),
+        (2, "`max_keys` must be at least 1")
+    );
+    let e = parse("memory:\n  sweep_every: soon\n").unwrap_err();
+    assert!(e.message.starts_with("invalid period `soon`"), "{e}");
+    let limits = "domain: d\ndescriptors:\n  - key: k\n    rate_limit: { unit: second, requests_per_unit: 1 }\n";
+    let config = parse(&format!(
+        "{limits}memory:\n  max_keys: 5\n  sweep_every: 1m\n"
+    ))
+    .unwrap();
+    assert_eq!(config.memory().max_keys, Some(5));
+    assert_eq!(config.memory().sweep_every, Some(Duration::from_secs(60)));
 }

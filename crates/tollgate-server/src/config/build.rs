@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde_saphyr::{Location, Spanned};
 use tollgate::{Algorithm, Limit, Policy, Quota};
@@ -10,6 +11,7 @@ use tollgate_http::{Key, OnStoreError as HttpStoreError, Rule};
 
 use super::raw::{self, QuotaSpec, StoreErrorMode};
 use super::{describe, Action, Config, ConfigError, LimitEntry, Node};
+use crate::store::MemorySettings;
 
 const NS_PER_SEC: u64 = 1_000_000_000;
 
@@ -50,6 +52,7 @@ pub(super) fn build(file: &str, text: &str) -> Result<Config, ConfigError> {
         b.domain(domain)?;
     }
     b.check_replaces()?;
+    b.memory(raw.memory.unwrap_or_default())?;
     let http = raw.http.unwrap_or_default();
     b.config.http_client_ip = http.client_ip;
     for rule in http.rules {
@@ -70,6 +73,25 @@ struct Builder<'f> {
 impl Builder<'_> {
     fn error(&self, at: Location, message: impl Into<String>) -> ConfigError {
         ConfigError::at(self.file, at, message)
+    }
+
+    fn memory(&mut self, memory: raw::Memory) -> Result<(), ConfigError> {
+        if let Some(max) = &memory.max_keys {
+            if max.value == 0 {
+                return Err(self.error(max.referenced, "`max_keys` must be at least 1"));
+            }
+        }
+        let sweep_every = match memory.sweep_every {
+            Some(every) => Some(Duration::from_nanos(
+                parse_period(&every.value).map_err(|m| self.error(every.referenced, m))?,
+            )),
+            None => None,
+        };
+        self.config.memory = MemorySettings {
+            max_keys: memory.max_keys.map(|m| m.value),
+            sweep_every,
+        };
+        Ok(())
     }
 
     fn domain(&mut self, domain: raw::Domain) -> Result<(), ConfigError> {

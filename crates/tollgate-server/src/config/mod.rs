@@ -44,6 +44,8 @@ use std::sync::Arc;
 use tollgate::Policy;
 use tollgate_http::{ClientIp, Rule};
 
+use crate::store::MemorySettings;
+
 pub use describe::{describe_limit, describe_period};
 pub use error::ConfigError;
 pub use raw::StoreErrorMode;
@@ -88,6 +90,7 @@ pub struct Config {
     http_rules: Vec<Rule>,
     http_descriptions: Vec<String>,
     http_client_ip: ClientIp,
+    memory: MemorySettings,
 }
 
 impl Config {
@@ -127,6 +130,11 @@ impl Config {
     /// socket peer unless trusted proxies are listed).
     pub fn http_client_ip(&self) -> &ClientIp {
         &self.http_client_ip
+    }
+
+    /// The `memory` section: the memory store's bounds, read at start.
+    pub fn memory(&self) -> MemorySettings {
+        self.memory
     }
 
     /// One line per configured limit and HTTP rule, in words.

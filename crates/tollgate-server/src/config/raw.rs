@@ -18,6 +18,16 @@ pub(crate) struct File {
     pub domains: Vec<Domain>,
     #[serde(default)]
     pub http: Option<Http>,
+    /// The memory store's bounds (the flags win).
+    pub memory: Option<Memory>,
+}
+
+/// `memory: { max_keys, sweep_every }`.
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Memory {
+    pub max_keys: Option<Spanned<usize>>,
+    pub sweep_every: Option<Spanned<String>>,
 }
 
 /// One domain and its descriptor tree.

@@ -36,7 +36,7 @@ pub fn options(path: PathBuf, store: &str) -> ServeOptions {
         // Generous: a loaded CI machine must not turn a slow store answer
         // into a store error the tests do not expect.
         store_timeout: std::time::Duration::from_secs(5),
-        memory: tollgate_server::store::MemoryBounds::default(),
+        memory: tollgate_server::store::MemorySettings::default(),
         http_token: None,
         grpc: Some("127.0.0.1:0".parse().unwrap()),
         http: Some("127.0.0.1:0".parse().unwrap()),
