@@ -18,7 +18,7 @@
 //!
 //! The query is forwarded as it came.
 
-use std::fmt::Write;
+use std::io::Write;
 
 use http::header::{self, HeaderValue};
 use http::request::Parts;
@@ -135,12 +135,12 @@ fn decode_unreserved(path: &str) -> Result<String, BadTarget> {
         return Ok(path.to_string());
     }
     let bytes = path.as_bytes();
-    let mut out = String::with_capacity(path.len());
+    // Bytes, not chars: the URI parser lets UTF-8 through, copied as is.
+    let mut out = Vec::with_capacity(path.len());
     let mut i = 0;
     while i < bytes.len() {
         if bytes[i] != b'%' {
-            // The path is ASCII (the URI parser takes nothing else).
-            out.push(char::from(bytes[i]));
+            out.push(bytes[i]);
             i += 1;
             continue;
         }
@@ -151,16 +151,17 @@ fn decode_unreserved(path: &str) -> Result<String, BadTarget> {
             .and_then(|h| u8::from_str_radix(h, 16).ok())
             .ok_or(BadTarget::Escape)?;
         if unreserved(byte) {
-            out.push(char::from(byte));
+            out.push(byte);
         } else if matches!(byte, b'/' | b'\\') || byte.is_ascii_control() {
             return Err(BadTarget::Ambiguous);
         } else {
-            // Writing to a String cannot fail.
+            // Writing to a Vec cannot fail.
             let _ = write!(out, "%{byte:02X}");
         }
         i += 3;
     }
-    Ok(out)
+    // Only ASCII was decoded, and whole: the UTF-8 around it is intact.
+    String::from_utf8(out).map_err(|_| BadTarget::Target)
 }
 
 #[cfg(test)]
@@ -187,6 +188,8 @@ mod tests {
         assert_eq!(normalize_path("/v1/a/..").as_deref(), Ok("/v1/"));
         assert_eq!(normalize_path("/..").as_deref(), Ok("/"));
         assert_eq!(normalize_path("/a%3fb%20c").as_deref(), Ok("/a%3Fb%20c"));
+        assert_eq!(normalize_path("/café/%76").as_deref(), Ok("/café/v"));
+        assert_eq!(normalize_path("/caf%c3%a9").as_deref(), Ok("/caf%C3%A9"));
     }
 
     #[test]
