@@ -12,7 +12,7 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescript
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use support::{send, send_with};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tollgate_server::api::ApiToken;
 use tollgate_server::listener::Pace;
 use tollgate_server::store::AnyBackend;
@@ -68,23 +68,10 @@ async fn slow_bodies_cannot_hold_the_connections() {
             .write_all(b"POST /v1/check HTTP/1.1\r\nhost: t\r\ncontent-length: 1000\r\n\r\n")
             .await
             .unwrap();
-        slow.push(tokio::spawn(async move {
-            let mut answer = Vec::new();
-            for _ in 0..100 {
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                if stream.write_all(b" ").await.is_err() {
-                    break;
-                }
-                let mut buf = [0u8; 128];
-                if let Ok(Ok(n)) =
-                    tokio::time::timeout(Duration::from_millis(1), stream.read(&mut buf)).await
-                {
-                    answer.extend_from_slice(&buf[..n]);
-                    break;
-                }
-            }
-            String::from_utf8_lossy(&answer).into_owned()
-        }));
+        slow.push(tokio::spawn(support::trickle(
+            stream,
+            Duration::from_millis(200),
+        )));
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(

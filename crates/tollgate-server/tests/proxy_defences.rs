@@ -384,18 +384,7 @@ async fn a_slow_upload_is_cut_with_408() {
         .unwrap();
     let started = std::time::Instant::now();
     // A byte every 200 ms: 5 bytes a second, far under 100.
-    let answer = loop {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        if stream.write_all(b"x").await.is_err() {
-            break String::new();
-        }
-        let mut buf = [0u8; 256];
-        match tokio::time::timeout(Duration::from_millis(1), stream.read(&mut buf)).await {
-            Ok(Ok(n)) if n > 0 => break String::from_utf8_lossy(&buf[..n]).into_owned(),
-            _ if started.elapsed() > Duration::from_secs(15) => panic!("never cut"),
-            _ => {}
-        }
-    };
+    let answer = support::trickle(stream, Duration::from_millis(200)).await;
     assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
     assert!(started.elapsed() < Duration::from_secs(5));
     assert!(refused("body_timeout") > before);

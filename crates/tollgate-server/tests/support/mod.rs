@@ -116,3 +116,27 @@ pub async fn get(url: &str) -> (u16, String) {
 pub fn get_metrics_text() -> (u16, String) {
     (200, tollgate_server::metrics::handle().render())
 }
+
+/// A slow client: sends one byte of body on `stream` every `every` until
+/// the server answers (returned as text) or 100 bytes have gone.
+pub async fn trickle(mut stream: tokio::net::TcpStream, every: std::time::Duration) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut answer = Vec::new();
+    for _ in 0..100 {
+        tokio::time::sleep(every).await;
+        // Read first: an answer already here is not lost to the reset
+        // that writing to a closed socket brings.
+        let mut buf = [0u8; 256];
+        let short = std::time::Duration::from_millis(1);
+        if let Ok(Ok(n)) = tokio::time::timeout(short, stream.read(&mut buf)).await {
+            answer.extend_from_slice(&buf[..n]);
+            break;
+        }
+        if stream.write_all(b" ").await.is_err() {
+            let wait = std::time::Duration::from_secs(1);
+            let _ = tokio::time::timeout(wait, stream.read_to_end(&mut answer)).await;
+            break;
+        }
+    }
+    String::from_utf8_lossy(&answer).into_owned()
+}
