@@ -8,10 +8,12 @@ use std::time::Duration;
 use anyhow::Context;
 use tollgate_cli::duration::parse_duration;
 use tollgate_server::answers::{Answers, Counting, LimitHeaders};
+use tollgate_server::api::ApiToken;
 use tollgate_server::config::{DirectoryOptions, Source};
-use tollgate_server::listener::ListenerLimits;
+use tollgate_server::listener::{ListenerLimits, Pace};
 use tollgate_server::logs::{self, LogFormat};
 use tollgate_server::server::{self, ProxyOptions, ServeOptions};
+use tollgate_server::store::MemorySettings;
 use tollgate_server::{settings, store};
 
 use crate::timeout::{parse_timeout, DEFAULT as DEFAULT_TIMEOUT};
@@ -76,6 +78,24 @@ pub struct Args {
         env = "TOLLGATE_PREFIX"
     )]
     prefix: String,
+    /// With --store memory: keys held at most per limit (a new key beyond it takes an idle
+    /// one's place, or shares one budget with the others left out); each takes about 70 bytes
+    /// plus its length. Over the file's `memory.max_keys`; 1000000 when neither is given.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..), env = "TOLLGATE_MEMORY_MAX_KEYS")]
+    memory_max_keys: Option<u64>,
+    /// With --store memory: how often keys back to a full budget are forgotten. Over the
+    /// file's `memory.sweep_every`; 10s when neither is given.
+    #[arg(long, value_name = "DURATION", value_parser = parse_timeout, env = "TOLLGATE_MEMORY_SWEEP_EVERY")]
+    memory_sweep_every: Option<u64>,
+    /// Distinct descriptor values that get a metric series of their own under
+    /// `detailed_metric: true`; the values beyond are counted together as `PATH:other`.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = tollgate_server::metrics::DEFAULT_DETAILED_SERIES,
+        env = "TOLLGATE_MAX_DETAILED_SERIES"
+    )]
+    max_detailed_series: usize,
     /// Address of Envoy's rate limit gRPC API.
     #[arg(
         long,
@@ -95,6 +115,10 @@ pub struct Args {
         env = "TOLLGATE_HTTP_LISTEN"
     )]
     http_listen: SocketAddr,
+    /// A file holding the bearer token that /v1/* and /metrics then need
+    /// (`Authorization: Bearer TOKEN`); /healthz, /readyz and gRPC stay open.
+    #[arg(long, value_name = "FILE", env = "TOLLGATE_HTTP_TOKEN_FILE")]
+    http_token_file: Option<PathBuf>,
     /// Reverse proxy mode: put the file's `http` rules in front of this service (http://HOST:PORT).
     #[arg(long, value_name = "URL", env = "TOLLGATE_UPSTREAM")]
     upstream: Option<String>,
@@ -142,6 +166,19 @@ pub struct Args {
     /// Largest request body, in bytes (larger: 413); unbounded when unset.
     #[arg(long, value_name = "BYTES", env = "TOLLGATE_MAX_BODY_BYTES")]
     max_body_bytes: Option<u64>,
+    /// Time a request body may take to arrive, plus one second per --body-min-rate bytes
+    /// received (slower: 408, closed); only time spent waiting for the client counts.
+    #[arg(long, value_name = "DURATION", default_value = "20s", value_parser = parse_timeout, env = "TOLLGATE_BODY_TIMEOUT")]
+    body_timeout: u64,
+    /// Bytes per second of request body that earn one more second of --body-timeout; 0 makes
+    /// --body-timeout a plain deadline.
+    #[arg(
+        long,
+        value_name = "BYTES",
+        default_value_t = 500,
+        env = "TOLLGATE_BODY_MIN_RATE"
+    )]
+    body_min_rate: u64,
     /// Most connections open at once per listener (more: 503; on gRPC, a GOAWAY).
     #[arg(
         long,
@@ -308,6 +345,7 @@ pub fn run(mut args: Args, matches: Option<&clap::ArgMatches>) -> anyhow::Result
     for warning in &upstream.warnings {
         tracing::warn!("{warning}");
     }
+    tollgate_server::metrics::bound_detailed_series(args.max_detailed_series);
     let options = ServeOptions {
         config: args.config,
         directory,
@@ -315,14 +353,29 @@ pub fn run(mut args: Args, matches: Option<&clap::ArgMatches>) -> anyhow::Result
         store: args.store,
         prefix: args.prefix,
         store_timeout: Duration::from_nanos(args.store_timeout),
+        memory: MemorySettings {
+            max_keys: args
+                .memory_max_keys
+                .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
+            sweep_every: args.memory_sweep_every.map(Duration::from_nanos),
+        },
         grpc: (!args.no_grpc).then_some(args.grpc_listen),
         http: Some(args.http_listen),
+        http_token: args
+            .http_token_file
+            .as_deref()
+            .map(ApiToken::from_file)
+            .transpose()?,
         limits: ListenerLimits {
             header_timeout: Duration::from_nanos(args.header_timeout),
             idle_timeout: Duration::from_nanos(args.idle_timeout),
             max_header_bytes: args.max_header_bytes,
             max_headers: args.max_headers,
             max_body_bytes: args.max_body_bytes,
+            body_pace: Pace {
+                timeout: Duration::from_nanos(args.body_timeout),
+                min_rate: args.body_min_rate,
+            },
             max_connections: args.max_connections,
             max_concurrent_streams: args.max_concurrent_streams,
             drain: Duration::from_nanos(args.drain_timeout),

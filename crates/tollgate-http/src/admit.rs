@@ -73,14 +73,15 @@ impl<B: Backend> Gate<B> {
             let mut key = String::with_capacity(rule.name.len() + 48);
             key.push_str(&rule.name);
             key.push('|');
-            match rule.key.derive_into(view, &self.client_ip, &mut key) {
+            let client_ip = rule.client_ip.as_ref().unwrap_or(&self.client_ip);
+            match rule.key.derive_into(view, client_ip, &mut key) {
                 Ok(()) => {}
                 Err(KeyError::Missing(_)) if rule.on_missing_key == MissingKey::Skip => continue,
                 Err(e) => {
                     return Err(self.bad_request(i, StatusCode::BAD_REQUEST, Reason::BadKey(e)))
                 }
             };
-            let cost = rule.cost.of(view).map_err(|e| {
+            let cost = rule.cost.at_least(rule.min_cost, view).map_err(|e| {
                 let status = match e {
                     CostError::NoLength => StatusCode::LENGTH_REQUIRED,
                     _ => StatusCode::BAD_REQUEST,

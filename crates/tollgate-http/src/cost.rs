@@ -82,6 +82,15 @@ impl Cost {
         Cost::With(Arc::new(f))
     }
 
+    /// The cost of `view`, at least `min` unless the operator fixed it
+    /// ([`Cost::Constant`]): a client never chooses a free pass.
+    pub fn at_least(&self, min: u64, view: &RequestView<'_>) -> Result<u64, CostError> {
+        match self {
+            Cost::Constant(n) => Ok(*n),
+            _ => self.of(view).map(|cost| cost.max(min)),
+        }
+    }
+
     /// The cost of `view`.
     pub fn of(&self, view: &RequestView<'_>) -> Result<u64, CostError> {
         match self {

@@ -24,7 +24,9 @@
 //!    from a [`RequestView`]: a missing key is refused with a 400 (or skips
 //!    the rule, by [`MissingKey`]); a key over [`MAX_KEY_BYTES`] or with
 //!    control bytes, or an unreadable cost, is a 400 (411 for a missing
-//!    `Content-Length`). Nothing is charged for these.
+//!    `Content-Length`). Nothing is charged for these. A cost the client
+//!    chooses (a header, the body's length) is at least the rule's
+//!    [`min_cost`](Rule::min_cost), 1 by default: never a free pass.
 //! 2. Each rule is decided with one atomic store call. An enforcing rule that
 //!    denies ends the request: every charge already made for it is refunded
 //!    (see [the guarantee](#all-or-nothing)), and the client gets a 429 with

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use serde::Deserialize;
 use tollgate::{BackendError, Decision, Policy};
 
-use crate::{Cost, Key, Matcher, Reconcile};
+use crate::{ClientIp, Cost, Key, Matcher, Reconcile};
 
 /// Whether a rule's denials are enforced.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
@@ -97,7 +97,11 @@ pub struct Rule {
     pub(crate) name: Arc<str>,
     pub(crate) matcher: Matcher,
     pub(crate) key: Key,
+    /// How this rule finds the client's address, if not as the layer does.
+    pub(crate) client_ip: Option<ClientIp>,
     pub(crate) cost: Cost,
+    /// The least a cost the client chooses may be (at least 1).
+    pub(crate) min_cost: u64,
     pub(crate) policy: Policy,
     pub(crate) mode: Mode,
     pub(crate) on_store_error: OnStoreError,
@@ -116,7 +120,9 @@ impl Rule {
             name: name.into().into(),
             matcher: Matcher::any(),
             key: Key::ip(),
+            client_ip: None,
             cost: Cost::default(),
+            min_cost: 1,
             policy: policy.into(),
             mode: Mode::Enforce,
             on_store_error: OnStoreError::Open,
@@ -139,6 +145,14 @@ impl Rule {
         self
     }
 
+    /// How this rule finds the client's address for [`Key::Ip`], instead of
+    /// the layer's [`RateLimitBuilder::client_ip`](crate::RateLimitBuilder::client_ip):
+    /// for a path only reached through another load balancer.
+    pub fn client_ip(mut self, client_ip: ClientIp) -> Self {
+        self.client_ip = Some(client_ip);
+        self
+    }
+
     /// What to do when the key is missing.
     pub fn on_missing_key(mut self, missing: MissingKey) -> Self {
         self.on_missing_key = missing;
@@ -148,6 +162,16 @@ impl Rule {
     /// What a request costs (up front, when reconciled).
     pub fn cost(mut self, cost: Cost) -> Self {
         self.cost = cost;
+        self
+    }
+
+    /// The least a request costs when the client chooses its cost (a
+    /// [`Cost::Header`], [`Cost::ContentLength`] or [`Cost::With`]); 1 by
+    /// default, and 0 counts as 1, so `x-cost: 0` or an empty body is never
+    /// a free pass. A [`Cost::Constant`] is the operator's and stands as
+    /// written.
+    pub fn min_cost(mut self, min: u64) -> Self {
+        self.min_cost = min.max(1);
         self
     }
 
@@ -217,6 +241,11 @@ impl Rule {
     /// What a request costs under the rule.
     pub fn cost_spec(&self) -> &Cost {
         &self.cost
+    }
+
+    /// The least a client-chosen cost may be (see [`Rule::min_cost`]).
+    pub fn min_cost_spec(&self) -> u64 {
+        self.min_cost
     }
 
     /// What the rule does when the key is missing.

@@ -41,6 +41,8 @@ async fn proxy(rule: &str, limit: &str) -> (Running, tempfile::TempDir) {
         store: "memory".into(),
         prefix: "t:".into(),
         store_timeout: Duration::from_secs(5),
+        memory: tollgate_server::store::MemorySettings::default(),
+        http_token: None,
         grpc: None,
         http: Some("127.0.0.1:0".parse().unwrap()),
         limits: ListenerLimits::default(),

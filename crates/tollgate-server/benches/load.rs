@@ -62,6 +62,8 @@ fn options(dir: &std::path::Path, store: &str) -> ServeOptions {
         store: store.into(),
         prefix: format!("tollgate-bench:{}:", std::process::id()),
         store_timeout: tollgate_server::store::DEFAULT_STORE_TIMEOUT,
+        memory: tollgate_server::store::MemorySettings::default(),
+        http_token: None,
         grpc: Some("127.0.0.1:0".parse().expect("an address")),
         http: None,
         limits: ListenerLimits::default(),

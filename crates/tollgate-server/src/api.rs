@@ -10,12 +10,15 @@
 //! {"overall_code":"OK","statuses":[{"code":"OK","current_limit":{...},"limit_remaining":99,...}]}
 //! ```
 
+mod token;
+
 use std::sync::{Arc, LazyLock};
 use std::time::Instant;
 
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{header, HeaderValue, StatusCode};
+use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -24,23 +27,35 @@ use tollgate::{Algorithm, Backend, BackendError, Limit, Policy, Quota};
 use tollgate_http::fields;
 
 use crate::engine::{
-    AppliedLimit, CheckError, CheckRequest, CheckResponse, Code, DescriptorRequest, Engine,
+    AppliedLimit, CheckError, CheckRequest, CheckResponse, Code, DescriptorRequest,
+    DescriptorStatus, Engine,
 };
 use crate::metrics;
+
+pub use self::token::{ApiToken, TokenError};
 
 /// The most a `/v1/check` body may hold.
 pub const MAX_CHECK_BODY: usize = 64 * 1024;
 
-/// The API's routes over a shared engine.
-pub fn router<B: Backend + 'static>(engine: Arc<Engine<B>>) -> Router {
-    Router::new()
+/// The API's routes over a shared engine; with a `token`, `/v1/*` and
+/// `/metrics` need it ([`token`]), the health probes never do.
+pub fn router<B: Backend + 'static>(engine: Arc<Engine<B>>, token: Option<ApiToken>) -> Router {
+    let mut guarded = Router::new()
         .route("/v1/check", post(check::<B>))
+        .route("/metrics", get(render_metrics));
+    if let Some(token) = token {
+        guarded = guarded.route_layer(middleware::from_fn_with_state(
+            Arc::new(token),
+            token::require,
+        ));
+    }
+    Router::new()
         .route(
             "/healthz",
             get(|| async { Json(serde_json::json!({"status": "ok"})) }),
         )
         .route("/readyz", get(ready::<B>))
-        .route("/metrics", get(render_metrics))
+        .merge(guarded)
         .with_state(engine)
 }
 
@@ -172,11 +187,18 @@ fn answer(response: &CheckResponse) -> Response {
     };
     let mut res = Json(out).into_response();
     if response.overall == Code::OverLimit {
-        *res.status_mut() = StatusCode::TOO_MANY_REQUESTS;
-        let wait = response
+        let over = response
             .statuses
             .iter()
-            .filter(|s| s.code == Code::OverLimit)
+            .filter(|s| s.code == Code::OverLimit);
+        if over.clone().any(never_fits) {
+            // As the HTTP layer: no wait would let it through, so no
+            // `Retry-After` to tempt a client into waiting for nothing.
+            *res.status_mut() = StatusCode::PAYLOAD_TOO_LARGE;
+            return res;
+        }
+        *res.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+        let wait = over
             .map(|s| s.retry_after_ns.unwrap_or(s.reset_after_ns))
             .max()
             .unwrap_or(0);
@@ -186,6 +208,13 @@ fn answer(response: &CheckResponse) -> Response {
         );
     }
     res
+}
+
+/// Whether a refused descriptor asked for more than its limit can ever hold:
+/// the engine reports that wait as `u64::MAX` nanoseconds (the store's
+/// `RetryAfter::Never`).
+fn never_fits(status: &DescriptorStatus) -> bool {
+    status.retry_after_ns == Some(u64::MAX)
 }
 
 async fn check<B: Backend + 'static>(
@@ -207,6 +236,12 @@ async fn check<B: Backend + 'static>(
                 CheckError::EmptyDomain => "domain".to_string(),
                 CheckError::NoDescriptors => "descriptors".to_string(),
                 CheckError::EmptyDescriptor(i) => format!("descriptors[{i}].entries"),
+                CheckError::TooLong {
+                    descriptor,
+                    entry,
+                    part,
+                    ..
+                } => format!("descriptors[{descriptor}].entries[{entry}].{part}"),
                 CheckError::Store { .. } => unreachable!("answered above"),
             };
             error(StatusCode::BAD_REQUEST, e.to_string(), Some(field))

@@ -169,6 +169,19 @@ pub enum CheckError {
     /// A descriptor has no entries.
     #[error("descriptor {0} has no entries")]
     EmptyDescriptor(usize),
+    /// An entry's key or value is longer than [`MAX_ENTRY_BYTES`]: refused
+    /// rather than stored, so a client cannot fill the store with its data.
+    #[error("descriptor {descriptor} entry {entry}: the {part} is {len} bytes, more than the {MAX_ENTRY_BYTES} allowed")]
+    TooLong {
+        /// The descriptor's index.
+        descriptor: usize,
+        /// The entry's index in it.
+        entry: usize,
+        /// `key` or `value`.
+        part: &'static str,
+        /// Its length.
+        len: usize,
+    },
     /// A limit configured to fail closed could not reach its store.
     #[error("the store failed for `{path}`: {source}")]
     Store {
@@ -252,6 +265,7 @@ impl<B: Backend> Engine<B> {
         {
             return Err(CheckError::EmptyDescriptor(i));
         }
+        too_long(&request.descriptors)?;
         // Held to the end, so a reload never changes a request midway.
         let config = self.config.load_full();
         let targets = targets(&config, request);
@@ -473,6 +487,30 @@ impl<B: Backend> Engine<B> {
             Code::Ok
         }
     }
+}
+
+/// The longest key or value of a descriptor entry, in bytes: the HTTP
+/// layer's bound on a key ([`tollgate_http::MAX_KEY_BYTES`]). A store key is
+/// then at most the configuration's depth times twice that.
+pub const MAX_ENTRY_BYTES: usize = tollgate_http::MAX_KEY_BYTES;
+
+/// The first entry of `descriptors` over [`MAX_ENTRY_BYTES`], as an error.
+fn too_long(descriptors: &[DescriptorRequest]) -> Result<(), CheckError> {
+    for (descriptor, d) in descriptors.iter().enumerate() {
+        for (entry, (key, value)) in d.entries.iter().enumerate() {
+            for (part, text) in [("key", key), ("value", value)] {
+                if text.len() > MAX_ENTRY_BYTES {
+                    return Err(CheckError::TooLong {
+                        descriptor,
+                        entry,
+                        part,
+                        len: text.len(),
+                    });
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// What each descriptor is decided by: the request's own limit in a known

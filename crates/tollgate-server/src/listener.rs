@@ -8,6 +8,8 @@
 //! | request headers not complete within `header_timeout` of their first byte | 408, closed | `header_timeout` |
 //! | headers over `max_header_bytes` or `max_headers` fields | 431, closed | `headers_too_large` |
 //! | a body over `max_body_bytes` (by `Content-Length`, or while streaming) | 413 | `body_too_large` |
+//! | a body slower than `body_pace` (see [`body`]) | 408, closed | `body_timeout` |
+//! | a body with broken framing (a bad chunk) | 400, closed | `body_malformed` |
 //! | more than `max_connections` open | 503, closed | `too_many_connections` |
 //! | a keep-alive connection idle for `idle_timeout` (no byte of a next request) | closed | `idle` |
 //!
@@ -21,6 +23,7 @@
 //! The gRPC listener, over HTTP/2, has the same limits where HTTP/2 allows
 //! them: see [`grpc`].
 
+mod body;
 mod clock;
 pub mod grpc;
 
@@ -34,7 +37,6 @@ use std::time::Duration;
 use axum::body::Body;
 use bytes::Bytes;
 use http::{header, Request, Response, StatusCode};
-use http_body_util::Limited;
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
@@ -44,6 +46,9 @@ use tokio::time::Instant;
 use tollgate_http::PeerAddr;
 use tower::{Service, ServiceExt};
 
+pub(crate) use self::body::Fault;
+pub use self::body::Pace;
+use self::body::{FaultSlot, Guarded};
 use self::clock::{Clock, Expired, Finished};
 use crate::metrics;
 
@@ -62,6 +67,8 @@ pub struct ListenerLimits {
     pub max_headers: usize,
     /// Request body bytes; `None` leaves bodies to the routes.
     pub max_body_bytes: Option<u64>,
+    /// How fast a request body must arrive (slow bodies: 408).
+    pub body_pace: Pace,
     /// Connections open at once.
     pub max_connections: usize,
     /// HTTP/2 streams open at once on one connection of the gRPC listener
@@ -82,6 +89,11 @@ impl Default for ListenerLimits {
             max_header_bytes: 16 * 1024,
             max_headers: 64,
             max_body_bytes: None,
+            // Apache's mod_reqtimeout default (`body=20,MinRate=500`).
+            body_pace: Pace {
+                timeout: Duration::from_secs(20),
+                min_rate: 500,
+            },
             max_connections: 4096,
             // hyper's default, between nginx's 128 and Go's 250 (Envoy and
             // gRPC's own servers set none); Envoy opens another connection
@@ -193,10 +205,12 @@ async fn refuse(mut stream: TcpStream, status: StatusCode) {
     .await;
 }
 
-fn too_large() -> Response<Body> {
-    metrics::refused("body_too_large");
+/// The client's fault, answered and counted; the connection then closes,
+/// since the rest of the body cannot be told from a next request.
+fn body_fault(fault: Fault) -> Response<Body> {
+    metrics::refused(fault.reason());
     Response::builder()
-        .status(StatusCode::PAYLOAD_TOO_LARGE)
+        .status(fault.status())
         .header(header::CONNECTION, "close")
         .body(Body::empty())
         .expect("a static response is valid")
@@ -285,34 +299,35 @@ enum Ended {
     Expired(Expired),
 }
 
-/// Answers `request` through `router`, with the body bound.
+/// Answers `request` through `router`, with the body bound; a body the
+/// client got wrong is answered as such, whatever the router made of it.
 async fn respond<S: HttpService>(
     router: S,
     mut req: Request<Incoming>,
     peer: SocketAddr,
-    max_body_bytes: Option<u64>,
+    limits: &ListenerLimits,
 ) -> Response<Body> {
     req.extensions_mut().insert(PeerAddr(peer));
-    let answer = match max_body_bytes {
-        None => router.oneshot(req.map(Body::new)).await,
-        Some(max) => {
-            let declared = req
-                .headers()
-                .get(header::CONTENT_LENGTH)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.parse::<u64>().ok());
-            if declared.is_some_and(|n| n > max) {
-                return too_large();
-            }
-            let limit = usize::try_from(max).unwrap_or(usize::MAX);
-            router
-                .oneshot(req.map(|b| Body::new(Limited::new(b, limit))))
-                .await
+    if let Some(max) = limits.max_body_bytes {
+        let declared = req
+            .headers()
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        if declared.is_some_and(|n| n > max) {
+            return body_fault(Fault::TooLarge);
         }
-    };
-    match answer {
+    }
+    let fault = FaultSlot::default();
+    let (max, pace) = (limits.max_body_bytes, limits.body_pace);
+    let guarded = req.map(|b| Body::new(Guarded::new(b, max, pace, Arc::clone(&fault))));
+    let response = match router.oneshot(guarded).await {
         Ok(response) => response,
         Err(never) => match never {},
+    };
+    match fault.get() {
+        Some(&fault) => body_fault(fault),
+        None => response,
     }
 }
 
@@ -353,7 +368,7 @@ async fn connection<S: HttpService>(
         // Held by the future until the response exists, then by its body.
         let finished = Finished(Arc::clone(&service_clock));
         async move {
-            let response = respond(router, req, peer, limits.max_body_bytes).await;
+            let response = respond(router, req, peer, &limits).await;
             Ok::<_, Infallible>(response.map(|inner| Tracked {
                 inner,
                 _finished: finished,

@@ -10,10 +10,15 @@
 //! | `tollgate_server_store_errors_total` | counter | `rule` |
 //! | `tollgate_server_decision_seconds` | histogram | `api` (`grpc`, `http`) |
 //! | `tollgate_server_config_loads_total` | counter | `result` (`ok`, `error`) |
-//! | `tollgate_server_refused_total` | counter | `reason` (listener refusals: `header_timeout`, `idle`, `headers_too_large`, `body_too_large`, `too_many_connections`) |
+//! | `tollgate_server_refused_total` | counter | `reason` (listener refusals: `header_timeout`, `idle`, `headers_too_large`, `body_too_large`, `body_timeout`, `body_malformed`, `too_many_connections`; the API's `unauthorized`; the proxy's `bad_target`) |
 //!
 //! `rule` is the limit's path in the configuration (`domain.key_value`);
-//! with `detailed_metric: true`, the request's own values instead.
+//! with `detailed_metric: true`, the request's own values instead, for the
+//! first [`DEFAULT_DETAILED_SERIES`] distinct values in the process (see
+//! [`bound_detailed_series`]); the values after those are counted together
+//! under `PATH:other`, so a client sending a new value with every request
+//! cannot grow `/metrics` without end.
+//!
 //!
 //! The same decisions are also counted under envoyproxy/ratelimit's names,
 //! as its Prometheus mapping (`default_mapper.yaml`, through the statsd
@@ -36,8 +41,12 @@
 //! absent for a one-level descriptor; deeper levels go in `key2`, joined by
 //! `.` (upstream's mapping has no rule for them).
 
-use std::sync::OnceLock;
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{LazyLock, OnceLock};
 use std::time::Instant;
+
+use parking_lot::RwLock;
 
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
@@ -94,6 +103,36 @@ pub fn handle() -> &'static PrometheusHandle {
     })
 }
 
+/// How many distinct `detailed_metric` label values get a series of their
+/// own by default.
+pub const DEFAULT_DETAILED_SERIES: usize = 1000;
+
+static DETAILED_BOUND: AtomicUsize = AtomicUsize::new(DEFAULT_DETAILED_SERIES);
+
+/// The `detailed_metric` label values that have a series of their own.
+static DETAILED: LazyLock<RwLock<HashSet<String>>> = LazyLock::new(RwLock::default);
+
+/// Sets how many distinct `detailed_metric` label values get a series of
+/// their own, for the whole process (the recorder is the process's); the
+/// values beyond are counted under `PATH:other`. Values already seen keep
+/// their series.
+pub fn bound_detailed_series(max: usize) {
+    DETAILED_BOUND.store(max, Ordering::Relaxed);
+}
+
+/// `detailed` if it has, or may still get, a series of its own.
+fn within_bound(detailed: String, entry: &LimitEntry) -> String {
+    if DETAILED.read().contains(&detailed) {
+        return detailed;
+    }
+    let mut seen = DETAILED.write();
+    if seen.len() < DETAILED_BOUND.load(Ordering::Relaxed) {
+        seen.insert(detailed.clone());
+        return detailed;
+    }
+    format!("{}:other", entry.path)
+}
+
 /// The metric labels of one decision.
 pub(crate) struct Label(String);
 
@@ -110,7 +149,7 @@ impl Label {
             detailed.push('_');
             detailed.push_str(v);
         }
-        Label(detailed)
+        Label(within_bound(detailed, entry))
     }
 
     /// envoyproxy/ratelimit's labels of this limit: its stat key

@@ -7,6 +7,10 @@
 //! hop-by-hop headers are removed in both directions. An unreachable
 //! upstream is a 502, one that does not answer within the timeout a 504.
 //!
+//! The request's target and `Host` are put in one canonical form before
+//! the rules see them, and forwarded in that form ([`target`]): the path
+//! and host that are decided are the ones the upstream gets.
+//!
 //! The request path is a tower service over the listener's hyper
 //! connection, with no router: the layer built from the rules in force
 //! (rebuilt once per configuration change, swapped atomically) around the
@@ -14,6 +18,7 @@
 
 mod headers;
 mod pool;
+mod target;
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -35,7 +40,8 @@ use self::headers::{append_forwarded, remove_hop_by_hop};
 use self::pool::Pool;
 use crate::config::Config;
 use crate::engine::Engine;
-use crate::listener::HttpService;
+use crate::listener::{Fault, HttpService};
+use crate::metrics;
 
 /// Why the proxy cannot start.
 #[derive(Debug, thiserror::Error)]
@@ -117,7 +123,8 @@ impl<B: Backend + Clone + 'static> Proxy<B> {
                 return Ok(built.1.clone());
             }
         }
-        let mut limit = RateLimit::builder(self.engine.backend().clone());
+        let mut limit = RateLimit::builder(self.engine.backend().clone())
+            .client_ip(config.http_client_ip().clone());
         for rule in config.http_rules() {
             limit = limit.rule(rule.clone());
         }
@@ -132,6 +139,17 @@ impl<B: Backend + Clone + 'static> Proxy<B> {
     }
 
     fn answer(&self, request: Request<Body>) -> Answer {
+        let (mut parts, body) = request.into_parts();
+        if let Err(e) = target::canonicalize(&mut parts) {
+            metrics::refused("bad_target");
+            let answer = status(
+                StatusCode::BAD_REQUEST,
+                "the request target has no single meaning\n",
+            );
+            tracing::debug!(error = %e, "request target refused");
+            return Box::pin(std::future::ready(Ok(answer)));
+        }
+        let request = Request::from_parts(parts, body);
         match self.limited() {
             // `Forward` is always ready, so is the layer over it.
             Ok(mut limited) => {
@@ -187,14 +205,7 @@ async fn forward(
     upstream: Arc<Upstream>,
     mut request: Request<Body>,
 ) -> Result<Response<Body>, Infallible> {
-    // Origin-form on the upstream connection, as a client sends it.
-    if request.uri().authority().is_some() {
-        let path = request.uri().path_and_query().map_or("/", |p| p.as_str());
-        let Ok(uri) = path.parse::<Uri>() else {
-            return Ok(status(StatusCode::BAD_REQUEST, ""));
-        };
-        *request.uri_mut() = uri;
-    }
+    // The target is origin-form already ([`target::canonicalize`]).
     // Kept alive whatever the client speaks.
     *request.version_mut() = Version::HTTP_11;
     let peer = request.extensions().get::<PeerAddr>().map(|p| p.0);
@@ -212,6 +223,8 @@ async fn forward(
                 StatusCode::GATEWAY_TIMEOUT,
                 "the upstream did not answer in time\n",
             ),
+            // The client's body failed (the listener answers for it).
+            Ok(Err(e)) if Fault::behind(&*e).is_some() => status(StatusCode::BAD_REQUEST, ""),
             Ok(Err(e)) => {
                 tracing::warn!(error = %e, "upstream request failed");
                 status(StatusCode::BAD_GATEWAY, "the upstream is unreachable\n")

@@ -38,10 +38,21 @@ const MAX_SETTLE: Duration = Duration::from_secs(2);
 /// validation of start, reload and `--check`.
 pub fn load<B: Backend>(source: &Source, backend: &B) -> Result<Config, ConfigError> {
     let config = source.load()?;
+    check_store(source, &config, backend)?;
+    Ok(config)
+}
+
+/// Checks every policy of `config`, read from `source`, against `backend`
+/// (the second half of [`load`], for a start that needs the configuration
+/// to build its store).
+pub fn check_store<B: Backend>(
+    source: &Source,
+    config: &Config,
+    backend: &B,
+) -> Result<(), ConfigError> {
     config
         .check_store(|policy| backend.validate(policy))
-        .map_err(|message| ConfigError::unlocated(&source.path.display().to_string(), message))?;
-    Ok(config)
+        .map_err(|message| ConfigError::unlocated(&source.path.display().to_string(), message))
 }
 
 /// Loads the file at `path` into `engine`, or keeps the running

@@ -44,10 +44,15 @@ pub struct ServeOptions {
     pub prefix: String,
     /// Deadline of one store call ([`store::DEFAULT_STORE_TIMEOUT`]).
     pub store_timeout: std::time::Duration,
+    /// The memory store's key bound and idle sweep (over the file's).
+    pub memory: store::MemorySettings,
     /// Envoy's gRPC API; `None` to not serve it.
     pub grpc: Option<SocketAddr>,
     /// The HTTP JSON API, health and metrics; `None` to not serve it.
     pub http: Option<SocketAddr>,
+    /// The bearer token `/v1/*` and `/metrics` need; `None` leaves them
+    /// open to whoever reaches `http` (a warning at start says so).
+    pub http_token: Option<api::ApiToken>,
     /// The bounds of every listener (gRPC's too, see [`listener::grpc`]).
     pub limits: ListenerLimits,
     /// Reverse proxy mode, if wanted.
@@ -165,6 +170,7 @@ struct Shared {
     engine: Arc<Engine<Arc<AnyBackend>>>,
     limits: ListenerLimits,
     health: upstream::Health,
+    http_token: Option<api::ApiToken>,
     stopping: watch::Receiver<bool>,
     /// Each address's connections, counted over all workers.
     grpc_permits: Arc<Semaphore>,
@@ -195,7 +201,7 @@ impl Shared {
         if let Some(socket) = sockets.http {
             tasks.push(tokio::spawn(listener::serve(
                 TcpListener::from_std(socket)?,
-                api::router(Arc::clone(&self.engine))
+                api::router(Arc::clone(&self.engine), self.http_token.clone())
                     .merge(upstream::router(Arc::clone(&self.engine), self.health)),
                 self.limits,
                 Arc::clone(&self.http_permits),
@@ -262,9 +268,8 @@ pub async fn start(options: ServeOptions) -> Result<Running, ServeError> {
         path: path.clone(),
         directory: options.directory.clone(),
     });
-    let backend = store::connect(&options.store, &options.prefix, options.store_timeout).await?;
     let config = match &source {
-        Some(source) => reload::load(source, &backend)?,
+        Some(source) => source.load()?,
         None => Config::default(),
     };
     metrics::config_load(true);
@@ -277,6 +282,18 @@ pub async fn start(options: ServeOptions) -> Result<Running, ServeError> {
         |s| s.path.display().to_string(),
     );
     let (limits, http_rules) = (config.entries().len(), config.http_rules().len());
+    // Read at start: the store is not rebuilt on reload.
+    let memory = options.memory.or(config.memory()).bounds();
+    let backend = store::connect(
+        &options.store,
+        &options.prefix,
+        options.store_timeout,
+        memory,
+    )
+    .await?;
+    if let Some(source) = &source {
+        reload::check_store(source, &config, &backend)?;
+    }
     let engine = Arc::new(Engine::with_answers(
         config,
         Arc::new(backend),
@@ -297,6 +314,12 @@ pub async fn start(options: ServeOptions) -> Result<Running, ServeError> {
         .collect::<Result<Vec<_>, _>>()?;
     let (grpc_addr, grpc) = bind_each(options.grpc, workers).await?;
     let (http_addr, http) = bind_each(options.http, workers).await?;
+    if let (Some(addr), None) = (http_addr, &options.http_token) {
+        if !addr.ip().is_loopback() {
+            tracing::warn!(%addr, "the HTTP API's /v1/check and /metrics answer anyone who reaches this address; \
+                set --http-token-file, or listen on 127.0.0.1 (docs/SERVER.md)");
+        }
+    }
     let proxy_listen = options.proxy.as_ref().map(|p| p.listen);
     let (proxy_addr, proxy) = bind_each(proxy_listen, workers).await?;
     let (stop, stopping) = watch::channel(false);
@@ -305,6 +328,7 @@ pub async fn start(options: ServeOptions) -> Result<Running, ServeError> {
         engine: Arc::clone(&engine),
         limits: options.limits,
         health: options.health,
+        http_token: options.http_token.clone(),
         stopping: stopping.clone(),
         grpc_permits: permits(),
         http_permits: permits(),
@@ -346,6 +370,11 @@ pub async fn start(options: ServeOptions) -> Result<Running, ServeError> {
                 .map_err(ServeError::Worker)?,
         );
     }
+    drop(tokio::spawn(store::sweep_idle(
+        Arc::clone(engine.backend()),
+        memory.sweep_every,
+        stopping.clone(),
+    )));
     reload::spawn(Arc::clone(&engine), source, options.watch, stopping);
     tracing::info!(
         config = %config_name,

@@ -2,7 +2,10 @@
 //! nothing to install), `redis://`, `rediss://`, `redis+cluster://`,
 //! `postgres://`.
 
+use std::sync::Arc;
 use std::time::Duration;
+
+use tokio::sync::watch;
 
 use tollgate::{Backend, BackendError, Decision, Lease, MemoryBackend, Policy, UnixClock};
 use tollgate_postgres::{PostgresBackend, PostgresConfig};
@@ -15,6 +18,57 @@ use tollgate_redis::{redact, RedisBackend, RedisConfig, CLUSTER_SCHEME};
 /// default, then applies its `failure_mode_deny`) when the file's
 /// `on_store_error` should decide rather than the client.
 pub const DEFAULT_STORE_TIMEOUT: Duration = tollgate_redis::DEFAULT_TIMEOUT;
+
+/// The memory store's bounds, as given by the flags (`--memory-max-keys`,
+/// `--memory-sweep-every`) or the file's `memory` section: each `None`
+/// leaves the choice to the next source, then to [`MemoryBounds::default`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemorySettings {
+    /// See [`MemoryBounds::max_keys`].
+    pub max_keys: Option<usize>,
+    /// See [`MemoryBounds::sweep_every`].
+    pub sweep_every: Option<Duration>,
+}
+
+impl MemorySettings {
+    /// These settings, with `fallback`'s where these have none.
+    pub fn or(self, fallback: MemorySettings) -> MemorySettings {
+        MemorySettings {
+            max_keys: self.max_keys.or(fallback.max_keys),
+            sweep_every: self.sweep_every.or(fallback.sweep_every),
+        }
+    }
+
+    /// The bounds, defaults filled in.
+    pub fn bounds(self) -> MemoryBounds {
+        let default = MemoryBounds::default();
+        MemoryBounds {
+            max_keys: self.max_keys.unwrap_or(default.max_keys),
+            sweep_every: self.sweep_every.unwrap_or(default.sweep_every),
+        }
+    }
+}
+
+/// The memory store's bounds in force.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemoryBounds {
+    /// Keys held at most per policy (each distinct limit is one policy); a
+    /// new key beyond it evicts an idle one, or, if none is idle, shares one
+    /// budget with the other keys left out (never unlimited).
+    pub max_keys: usize,
+    /// How often idle keys are forgotten, giving their memory back.
+    pub sweep_every: Duration,
+}
+
+impl Default for MemoryBounds {
+    fn default() -> Self {
+        MemoryBounds {
+            // About 160 MB per limit for keys of 100 bytes (docs/SERVER.md).
+            max_keys: 1_000_000,
+            sweep_every: Duration::from_secs(10),
+        }
+    }
+}
 
 /// One of the stores, picked at start.
 pub enum AnyBackend {
@@ -74,12 +128,18 @@ pub fn validate_offline(url: &str, policy: &Policy) -> Result<(), String> {
 }
 
 /// Connects the store `url` names; keys go under `prefix` in shared stores,
-/// and each call on the request path gives up after `timeout`.
-pub async fn connect(url: &str, prefix: &str, timeout: Duration) -> Result<AnyBackend, StoreError> {
+/// each call on the request path gives up after `timeout`, and the memory
+/// store keeps within `memory`.
+pub async fn connect(
+    url: &str,
+    prefix: &str,
+    timeout: Duration,
+    memory: MemoryBounds,
+) -> Result<AnyBackend, StoreError> {
     match kind(url)? {
-        Kind::Memory => Ok(AnyBackend::Memory(MemoryBackend::with_clock(
-            UnixClock::new(),
-        ))),
+        Kind::Memory => Ok(AnyBackend::Memory(
+            MemoryBackend::with_clock(UnixClock::new()).max_keys(memory.max_keys),
+        )),
         Kind::Postgres => {
             let backend = PostgresConfig::new(url)
                 .prefix(prefix)
@@ -97,6 +157,29 @@ pub async fn connect(url: &str, prefix: &str, timeout: Duration) -> Result<AnyBa
                 .await
                 .map_err(StoreError::Connect)?;
             Ok(AnyBackend::Redis(backend))
+        }
+    }
+}
+
+/// Forgets the memory store's idle keys every `every` until `stopping`
+/// turns true; nothing to do for the shared stores, whose keys expire.
+pub async fn sweep_idle(
+    backend: Arc<AnyBackend>,
+    every: Duration,
+    mut stopping: watch::Receiver<bool>,
+) {
+    let AnyBackend::Memory(memory) = &*backend else {
+        return;
+    };
+    let mut ticks = tokio::time::interval(every);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = crate::listener::stopped(&mut stopping) => return,
+            _ = ticks.tick() => {
+                let removed = memory.sweep();
+                tracing::debug!(removed, held = memory.len(), "idle keys swept");
+            }
         }
     }
 }
@@ -162,17 +245,28 @@ mod tests {
 
     #[tokio::test]
     async fn unknown_schemes_are_clear_errors_without_passwords() {
-        let e = connect("mysql://u:pw@h", "p", DEFAULT_STORE_TIMEOUT)
-            .await
-            .err()
-            .unwrap();
+        let e = connect(
+            "mysql://u:pw@h",
+            "p",
+            DEFAULT_STORE_TIMEOUT,
+            MemoryBounds::default(),
+        )
+        .await
+        .err()
+        .unwrap();
         assert!(
             e.to_string()
                 .starts_with("unsupported store `mysql://***@h`"),
             "{e}"
         );
         assert!(matches!(
-            connect("memory", "p", DEFAULT_STORE_TIMEOUT).await,
+            connect(
+                "memory",
+                "p",
+                DEFAULT_STORE_TIMEOUT,
+                MemoryBounds::default()
+            )
+            .await,
             Ok(AnyBackend::Memory(_))
         ));
     }

@@ -493,7 +493,9 @@ impl<'a> Reader<'a, '_> {
                 {
                     continue;
                 }
-                let cost = lane.cost.of(view);
+                // The rule's floor on a client-chosen cost, as the layer.
+                let min = lane.rule.as_ref().map_or(1, |r| r.min_cost_spec());
+                let cost = lane.cost.at_least(min, view);
                 match (derived, cost) {
                     (Ok(()), Ok(cost)) => self.push(i, key.as_bytes(), t, cost, route),
                     _ => {

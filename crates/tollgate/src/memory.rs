@@ -17,6 +17,8 @@ use crate::{Backend, BackendError, Clock, Limiter, MonotonicClock, Policy};
 /// directly: it is synchronous and skips the policy lookup.
 pub struct MemoryBackend<C = MonotonicClock> {
     clock: C,
+    /// Each policy's limiter holds at most this many keys.
+    max_keys: usize,
     limiters: RwLock<HashMap<Policy, Arc<Limiter<String, C>>>>,
 }
 
@@ -38,8 +40,37 @@ impl<C: Clock + Clone> MemoryBackend<C> {
     pub fn with_clock(clock: C) -> Self {
         MemoryBackend {
             clock,
+            max_keys: usize::MAX,
             limiters: RwLock::new(HashMap::new()),
         }
+    }
+
+    /// Holds at most `max_keys` keys per policy (see
+    /// [`LimiterBuilder::max_keys`](crate::LimiterBuilder::max_keys): an idle
+    /// key is evicted for a new one, and if none is idle the keys left out
+    /// share one budget); unbounded by default. Set it before the first
+    /// decision: limiters already created keep their bound.
+    pub fn max_keys(mut self, max_keys: usize) -> Self {
+        self.max_keys = max_keys;
+        self
+    }
+
+    /// Forgets the idle keys of every policy (see [`Limiter::sweep`]), one
+    /// shard at a time; returns how many it removed. Call it from a timer
+    /// to give memory back when no new keys come.
+    pub fn sweep(&self) -> usize {
+        let limiters: Vec<_> = self.limiters.read().values().cloned().collect();
+        limiters.iter().map(|l| l.sweep()).sum()
+    }
+
+    /// Keys held now, over every policy.
+    pub fn len(&self) -> usize {
+        self.limiters.read().values().map(|l| l.len()).sum()
+    }
+
+    /// Whether no key is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
     /// The limiter holding `policy`'s keys.
@@ -52,6 +83,7 @@ impl<C: Clock + Clone> MemoryBackend<C> {
             Arc::new(
                 Limiter::builder(policy.clone())
                     .clock(self.clock.clone())
+                    .max_keys(self.max_keys)
                     .build(),
             )
         });
@@ -115,5 +147,30 @@ impl<C: Clock + Clone> Backend for MemoryBackend<C> {
                 .lease(key, max)
                 .map_err(|e| BackendError::UnsupportedPolicy(e.to_string()))
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::{Algorithm, FakeClock, Limit, Quota};
+
+    #[test]
+    fn keys_are_bounded_and_idle_ones_swept() {
+        let clock = FakeClock::new();
+        let backend = MemoryBackend::with_clock(clock.clone()).max_keys(2);
+        let policy = Policy::new(Limit::new(Algorithm::Gcra, Quota::per_second(10).unwrap()));
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        for key in ["a", "b", "c", "d"] {
+            rt.block_on(backend.check(key, &policy, 1)).unwrap();
+        }
+        assert_eq!(backend.len(), 2, "a flood of keys stays within the bound");
+        clock.advance(Duration::from_secs(5));
+        assert_eq!(backend.sweep(), 2);
+        assert!(backend.is_empty());
     }
 }

@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde_saphyr::{Location, Spanned};
 use tollgate::{Algorithm, Limit, Policy, Quota};
@@ -10,6 +11,7 @@ use tollgate_http::{Key, OnStoreError as HttpStoreError, Rule};
 
 use super::raw::{self, QuotaSpec, StoreErrorMode};
 use super::{describe, tree, Action, Config, ConfigError, LimitEntry, Node, UpstreamLimit};
+use crate::store::MemorySettings;
 
 const NS_PER_SEC: u64 = 1_000_000_000;
 
@@ -50,7 +52,10 @@ pub(super) fn build(file: &str, text: &str) -> Result<Config, ConfigError> {
         b.domain(domain)?;
     }
     b.check_replaces()?;
-    for rule in raw.http.map(|h| h.rules).unwrap_or_default() {
+    b.memory(raw.memory.unwrap_or_default())?;
+    let http = raw.http.unwrap_or_default();
+    b.config.http_client_ip = http.client_ip;
+    for rule in http.rules {
         b.http_rule(rule)?;
     }
     Ok(b.config)
@@ -68,6 +73,25 @@ struct Builder<'f> {
 impl Builder<'_> {
     fn error(&self, at: Location, message: impl Into<String>) -> ConfigError {
         ConfigError::at(self.file, at, message)
+    }
+
+    fn memory(&mut self, memory: raw::Memory) -> Result<(), ConfigError> {
+        if let Some(max) = &memory.max_keys {
+            if max.value == 0 {
+                return Err(self.error(max.referenced, "`max_keys` must be at least 1"));
+            }
+        }
+        let sweep_every = match memory.sweep_every {
+            Some(every) => Some(Duration::from_nanos(
+                parse_period(&every.value).map_err(|m| self.error(every.referenced, m))?,
+            )),
+            None => None,
+        };
+        self.config.memory = MemorySettings {
+            max_keys: memory.max_keys.map(|m| m.value),
+            sweep_every,
+        };
+        Ok(())
     }
 
     fn domain(&mut self, domain: raw::Domain) -> Result<(), ConfigError> {
@@ -252,6 +276,9 @@ impl Builder<'_> {
                 format!("`burst` does not apply to {algorithm}; it applies to token_bucket, gcra, leaky_bucket and leaky_queue"),
             ));
         }
+        if spec.burst == Some(0) {
+            return Err(self.error(at, "`burst` must be at least 1"));
+        }
         let quota = Quota::with_parts(limit, period, spec.burst.unwrap_or(limit))
             .map_err(|e| self.error(at, format!("impossible quota: {e}")))?;
         Ok(Limit::new(algorithm, quota))
@@ -315,6 +342,15 @@ impl Builder<'_> {
         }
         if let Some(cost) = r.cost {
             out = out.cost(cost);
+        }
+        if let Some(min) = r.min_cost {
+            if min.value == 0 {
+                return Err(self.error(min.referenced, "`min_cost` must be at least 1"));
+            }
+            out = out.min_cost(min.value);
+        }
+        if let Some(client_ip) = r.client_ip {
+            out = out.client_ip(client_ip);
         }
         self.config
             .http_descriptions

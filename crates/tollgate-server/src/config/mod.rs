@@ -43,7 +43,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use tollgate::Policy;
-use tollgate_http::Rule;
+use tollgate_http::{ClientIp, Rule};
+
+use crate::store::MemorySettings;
 
 pub use describe::{describe_limit, describe_period};
 pub use error::ConfigError;
@@ -129,6 +131,8 @@ pub struct Config {
     entries: Vec<Arc<LimitEntry>>,
     http_rules: Vec<Rule>,
     http_descriptions: Vec<String>,
+    http_client_ip: ClientIp,
+    memory: MemorySettings,
 }
 
 impl Config {
@@ -210,6 +214,17 @@ impl Config {
             validate(policy).map_err(|e| format!("{what}: the store cannot enforce it: {e}"))?;
         }
         Ok(())
+    }
+
+    /// How the proxy finds the client's address (`http.client_ip`: the
+    /// socket peer unless trusted proxies are listed).
+    pub fn http_client_ip(&self) -> &ClientIp {
+        &self.http_client_ip
+    }
+
+    /// The `memory` section: the memory store's bounds, read at start.
+    pub fn memory(&self) -> MemorySettings {
+        self.memory
     }
 
     /// One line per configured limit and HTTP rule, in words.

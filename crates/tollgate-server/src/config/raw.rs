@@ -3,7 +3,7 @@
 
 use serde::Deserialize;
 use serde_saphyr::Spanned;
-use tollgate_http::{Cost, Key, Matcher, MissingKey, Mode};
+use tollgate_http::{ClientIp, Cost, Key, Matcher, MissingKey, Mode};
 
 /// The whole file: an envoyproxy/ratelimit file (`domain` and
 /// `descriptors`), a list of them under `domains`, or both, plus the HTTP
@@ -18,6 +18,16 @@ pub(crate) struct File {
     pub domains: Vec<Domain>,
     #[serde(default)]
     pub http: Option<Http>,
+    /// The memory store's bounds (the flags win).
+    pub memory: Option<Memory>,
+}
+
+/// `memory: { max_keys, sweep_every }`.
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Memory {
+    pub max_keys: Option<Spanned<usize>>,
+    pub sweep_every: Option<Spanned<String>>,
 }
 
 /// One domain and its descriptor tree.
@@ -136,6 +146,9 @@ pub enum StoreErrorMode {
 pub(crate) struct Http {
     #[serde(default)]
     pub rules: Vec<Spanned<HttpRule>>,
+    /// The load balancers in front of the proxy, for every rule's `ip` key.
+    #[serde(default)]
+    pub client_ip: ClientIp,
 }
 
 /// One `tollgate_http::Rule`.
@@ -146,7 +159,11 @@ pub(crate) struct HttpRule {
     #[serde(default, rename = "match")]
     pub matcher: Matcher,
     pub key: Option<Key>,
+    /// This rule's own load balancers, instead of `http.client_ip`.
+    pub client_ip: Option<ClientIp>,
     pub cost: Option<Cost>,
+    /// The least a client-chosen cost may be (1 when absent).
+    pub min_cost: Option<Spanned<u64>>,
     #[serde(default)]
     pub mode: Mode,
     #[serde(default)]

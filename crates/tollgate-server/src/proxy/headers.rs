@@ -35,9 +35,11 @@ pub(crate) fn remove_hop_by_hop(headers: &mut HeaderMap) {
     headers.remove(header::UPGRADE);
 }
 
-/// Appends the client to `X-Forwarded-For` and `Forwarded` (RFC 7239).
+/// Appends the client to `X-Forwarded-For` and `Forwarded` (RFC 7239), in
+/// the form its key uses: an IPv4 client of a dual-stack socket is
+/// `127.0.0.1`, not `::ffff:127.0.0.1`.
 pub(crate) fn append_forwarded(headers: &mut HeaderMap, peer: SocketAddr) {
-    let ip = peer.ip();
+    let ip = peer.ip().to_canonical();
     let mut xff = prior(headers, &X_FORWARDED_FOR, 48);
     // Writing to a String cannot fail.
     let _ = write!(xff, "{ip}");

@@ -37,6 +37,8 @@ pub fn options(path: PathBuf, store: &str) -> ServeOptions {
         // Generous: a loaded CI machine must not turn a slow store answer
         // into a store error the tests do not expect.
         store_timeout: std::time::Duration::from_secs(5),
+        memory: tollgate_server::store::MemorySettings::default(),
+        http_token: None,
         grpc: Some("127.0.0.1:0".parse().unwrap()),
         http: Some("127.0.0.1:0".parse().unwrap()),
         limits: ListenerLimits::default(),
@@ -117,4 +119,28 @@ pub async fn get(url: &str) -> (u16, String) {
 /// The process's metrics, rendered (the recorder is per process).
 pub fn get_metrics_text() -> (u16, String) {
     (200, tollgate_server::metrics::handle().render())
+}
+
+/// A slow client: sends one byte of body on `stream` every `every` until
+/// the server answers (returned as text) or 100 bytes have gone.
+pub async fn trickle(mut stream: tokio::net::TcpStream, every: std::time::Duration) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut answer = Vec::new();
+    for _ in 0..100 {
+        tokio::time::sleep(every).await;
+        // Read first: an answer already here is not lost to the reset
+        // that writing to a closed socket brings.
+        let mut buf = [0u8; 256];
+        let short = std::time::Duration::from_millis(1);
+        if let Ok(Ok(n)) = tokio::time::timeout(short, stream.read(&mut buf)).await {
+            answer.extend_from_slice(&buf[..n]);
+            break;
+        }
+        if stream.write_all(b" ").await.is_err() {
+            let wait = std::time::Duration::from_secs(1);
+            let _ = tokio::time::timeout(wait, stream.read_to_end(&mut answer)).await;
+            break;
+        }
+    }
+    String::from_utf8_lossy(&answer).into_owned()
 }
