@@ -24,9 +24,11 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use tollgate::{Backend, BackendError, Decision, Limit};
+use tollgate_http::{OnStoreError as HttpOnStoreError, Rule};
 
 use crate::config::{Action, Config, LimitEntry, StoreErrorMode};
 use crate::metrics;
+use crate::store::{Fallback, RuleFallback};
 
 /// One descriptor of a request: its entries and, optionally, its own hits.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -148,6 +150,9 @@ pub enum CheckError {
 pub struct Engine<B> {
     config: ArcSwap<Config>,
     backend: B,
+    /// Decides `on_store_error: fallback` limits when the store fails;
+    /// without it they fail closed.
+    fallback: Option<Arc<dyn Fallback>>,
 }
 
 impl<B: Backend> Engine<B> {
@@ -156,7 +161,32 @@ impl<B: Backend> Engine<B> {
         Engine {
             config: ArcSwap::from_pointee(config),
             backend,
+            fallback: None,
         }
+    }
+
+    /// The same, answering `on_store_error: fallback` from `fallback`.
+    pub fn with_fallback(mut self, fallback: Arc<dyn Fallback>) -> Self {
+        self.fallback = Some(fallback);
+        self
+    }
+
+    /// The HTTP rules of `config`, each `on_store_error: fallback` rule
+    /// given this engine's fallback (without one, it fails closed).
+    pub fn http_rules(&self, config: &Config) -> Vec<Rule> {
+        let rules = config.http_rules().iter().enumerate();
+        rules
+            .map(|(i, rule)| match &self.fallback {
+                Some(fallback) if config.http_rule_falls_back(i) => {
+                    rule.clone()
+                        .on_store_error(HttpOnStoreError::With(Arc::new(RuleFallback {
+                            fallback: Arc::clone(fallback),
+                            policy: rule.policy().clone(),
+                        })))
+                }
+                _ => rule.clone(),
+            })
+            .collect()
     }
 
     /// The configuration in force now.
@@ -167,6 +197,9 @@ impl<B: Backend> Engine<B> {
     /// Puts `config` in force for the requests that start from now on;
     /// those in flight finish under the one they started with.
     pub fn replace_config(&self, config: Config) {
+        if config.store() != self.config.load().store() {
+            tracing::warn!("the `store` section changed: it applies from the next start, the running store keeps its settings");
+        }
         self.config.store(Arc::new(config));
     }
 
@@ -261,13 +294,25 @@ impl<B: Backend> Engine<B> {
             Err(source) => {
                 label.store_error();
                 tracing::warn!(limit = %entry.path, error = %source, "store error");
-                return match entry.on_store_error {
-                    StoreErrorMode::Open => Ok(DescriptorStatus::unlimited_ok(Some(0))),
-                    StoreErrorMode::Closed => Err(CheckError::Store {
-                        path: entry.path.clone(),
-                        source,
-                    }),
-                };
+                match (entry.on_store_error, &self.fallback) {
+                    (StoreErrorMode::Open, _) => {
+                        return Ok(DescriptorStatus::unlimited_ok(Some(0)))
+                    }
+                    // A refund has nothing to decide: the hits go back to
+                    // the store or nowhere.
+                    (StoreErrorMode::Fallback, Some(_)) if descriptor.negative => {
+                        return Ok(DescriptorStatus::unlimited_ok(Some(0)))
+                    }
+                    (StoreErrorMode::Fallback, Some(fallback)) => {
+                        fallback.decide(&key, policy, hits)
+                    }
+                    (StoreErrorMode::Closed | StoreErrorMode::Fallback, _) => {
+                        return Err(CheckError::Store {
+                            path: entry.path.clone(),
+                            source,
+                        })
+                    }
+                }
             }
         };
         let tight = tightest(policy.limits(), &decision);

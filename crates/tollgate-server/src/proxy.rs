@@ -110,8 +110,8 @@ impl<B: Backend + Clone + 'static> Proxy<B> {
             }
         }
         let mut limit = RateLimit::builder(self.engine.backend().clone());
-        for rule in config.http_rules() {
-            limit = limit.rule(rule.clone());
+        for rule in self.engine.http_rules(&config) {
+            limit = limit.rule(rule);
         }
         let limited = limit.build()?.layer(self.forward.clone());
         self.built.store(Some(Arc::new((config, limited.clone()))));

@@ -22,7 +22,7 @@ use crate::config::{Config, ConfigError};
 use crate::engine::Engine;
 use crate::listener::{self, ListenerLimits};
 use crate::proxy::{Proxy, ProxyError};
-use crate::store::{self, AnyBackend, StoreError};
+use crate::store::{self, GuardedStore, StoreError};
 use crate::{api, grpc, metrics, reload};
 
 /// Time past the drain bound that shutdown waits for a worker thread.
@@ -100,12 +100,14 @@ pub struct Running {
     /// Where the proxy is served.
     pub proxy: Option<SocketAddr>,
     /// The engine, shared by every listener.
-    pub engine: Arc<Engine<Arc<AnyBackend>>>,
+    pub engine: Arc<Engine<Arc<GuardedStore>>>,
     stop: watch::Sender<bool>,
     /// The listeners on the caller's runtime.
     tasks: Vec<JoinHandle<()>>,
     /// One per extra worker thread, resolved when its listeners are closed.
     threads: Vec<oneshot::Receiver<()>>,
+    /// Gives batched leases back; done once stopped.
+    sweeping: JoinHandle<()>,
     drain: std::time::Duration,
 }
 
@@ -140,7 +142,7 @@ struct Sockets {
 /// What every worker shares.
 #[derive(Clone)]
 struct Shared {
-    engine: Arc<Engine<Arc<AnyBackend>>>,
+    engine: Arc<Engine<Arc<GuardedStore>>>,
     limits: ListenerLimits,
     stopping: watch::Receiver<bool>,
     /// Each address's connections, counted over all workers.
@@ -156,7 +158,7 @@ impl Shared {
     fn spawn(
         &self,
         sockets: Sockets,
-        proxy: Option<Arc<Proxy<Arc<AnyBackend>>>>,
+        proxy: Option<Arc<Proxy<Arc<GuardedStore>>>>,
     ) -> std::io::Result<Vec<JoinHandle<()>>> {
         let mut tasks = Vec::new();
         if let Some(socket) = sockets.grpc {
@@ -196,7 +198,7 @@ impl Shared {
         &self,
         n: usize,
         sockets: Sockets,
-        proxy: Option<Arc<Proxy<Arc<AnyBackend>>>>,
+        proxy: Option<Arc<Proxy<Arc<GuardedStore>>>>,
     ) -> std::io::Result<oneshot::Receiver<()>> {
         let (done, finished) = oneshot::channel();
         let shared = self.clone();
@@ -235,7 +237,11 @@ pub async fn start(options: ServeOptions) -> Result<Running, ServeError> {
     };
     metrics::config_load(true);
     let backend = store::connect(&options.store, &options.prefix, options.store_timeout).await?;
-    let engine = Arc::new(Engine::new(config, Arc::new(backend)));
+    let name = store::store_name(&options.store);
+    let backend = GuardedStore::new(backend, name, options.store_timeout, config.store());
+    let backend = Arc::new(backend);
+    let engine = Engine::new(config, Arc::clone(&backend)).with_fallback(backend.clone());
+    let engine = Arc::new(engine);
     let workers = options.workers.max(1);
     // One proxy per worker: its upstream connections are driven by the
     // runtime of the requests sent on them. Built before anything listens,
@@ -254,6 +260,10 @@ pub async fn start(options: ServeOptions) -> Result<Running, ServeError> {
     let proxy_listen = options.proxy.as_ref().map(|p| p.listen);
     let (proxy_addr, proxy) = bind_each(proxy_listen, workers).await?;
     let (stop, stopping) = watch::channel(false);
+    let sweeping = tokio::spawn({
+        let (backend, stopping) = (Arc::clone(&backend), stopping.clone());
+        async move { backend.sweep(stopping).await }
+    });
     let permits = || Arc::new(Semaphore::new(options.limits.max_connections));
     let shared = Shared {
         engine: Arc::clone(&engine),
@@ -295,6 +305,7 @@ pub async fn start(options: ServeOptions) -> Result<Running, ServeError> {
         stop,
         tasks,
         threads,
+        sweeping,
         drain: options.limits.drain,
     })
 }
@@ -336,6 +347,9 @@ impl Running {
                 tracing::warn!("a worker did not drain in time");
             }
         }
+        // Unspent leased units go back to the store once nothing spends
+        // them any more.
+        let _ = tokio::time::timeout_at(deadline + DRAIN_SLACK, self.sweeping).await;
     }
 }
 

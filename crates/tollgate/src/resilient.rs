@@ -290,6 +290,23 @@ impl<B: Backend, C: Clock + Clone> Resilient<B, C> {
         Arc::clone(limiter)
     }
 
+    /// [`Backend::check`] through the breaker and within the policy's
+    /// deadline, but without its [`OnStoreError`]: a store failure (or the
+    /// open breaker) comes back as the error. For a caller whose failure
+    /// mode belongs to each call rather than to the policy (a server where
+    /// two limits with the same quota fail differently); it falls back with
+    /// [`Resilient::fallback_limiter`].
+    pub async fn check_guarded(
+        &self,
+        key: &str,
+        policy: &Policy,
+        cost: u64,
+    ) -> Result<Decision, BackendError> {
+        let deadline = self.failure_policy(policy).deadline;
+        self.guarded(deadline, || self.backend.check(key, policy, cost))
+            .await
+    }
+
     fn breaker_clock(&self) -> C {
         self.breaker.clock().clone()
     }
@@ -412,10 +429,7 @@ impl<B: Backend, C: Clock + Clone> Backend for Resilient<B, C> {
 
     async fn check(&self, key: &str, policy: &Policy, cost: u64) -> Result<Decision, BackendError> {
         let failure = self.failure_policy(policy);
-        match self
-            .guarded(failure.deadline, || self.backend.check(key, policy, cost))
-            .await
-        {
+        match self.check_guarded(key, policy, cost).await {
             Err(e) if e.is_store_failure() => {
                 self.on_failure(key, policy, cost, failure.on_error, e)
             }

@@ -35,6 +35,7 @@ mod build;
 mod describe;
 mod error;
 mod raw;
+mod store;
 mod tree;
 
 use std::collections::HashMap;
@@ -47,6 +48,7 @@ use tollgate_http::Rule;
 pub use describe::{describe_limit, describe_period};
 pub use error::ConfigError;
 pub use raw::StoreErrorMode;
+pub use store::StoreSettings;
 pub(crate) use tree::Node;
 
 /// What a configured descriptor does to the requests it matches.
@@ -87,6 +89,10 @@ pub struct Config {
     entries: Vec<Arc<LimitEntry>>,
     http_rules: Vec<Rule>,
     http_descriptions: Vec<String>,
+    /// Whether each HTTP rule (same order) falls back to this instance's
+    /// share when the store fails.
+    http_fallback: Vec<bool>,
+    store: StoreSettings,
 }
 
 impl Config {
@@ -120,6 +126,17 @@ impl Config {
     /// The HTTP rules of the proxy mode, in file order.
     pub fn http_rules(&self) -> &[Rule] {
         &self.http_rules
+    }
+
+    /// Whether the HTTP rule at `index` of [`Config::http_rules`] has
+    /// `on_store_error: fallback` (the server gives it its fallback).
+    pub fn http_rule_falls_back(&self, index: usize) -> bool {
+        self.http_fallback.get(index).copied().unwrap_or(false)
+    }
+
+    /// The `store` section.
+    pub fn store(&self) -> &StoreSettings {
+        &self.store
     }
 
     /// One line per configured limit and HTTP rule, in words.
