@@ -132,3 +132,37 @@ async fn an_open_breaker_answers_each_mode_at_once_without_reaching_redis() {
     );
     server.running.shutdown().await;
 }
+
+#[tokio::test]
+async fn calls_refused_past_their_deadline_are_never_charged_later() {
+    let Some(redis) = redis() else { return };
+    let yaml = "
+domain: f
+descriptors:
+  - key: a
+    on_store_error: closed
+    rate_limit: { unit: hour, requests_per_unit: 3 }
+";
+    let server = support::start_with(yaml, |o| {
+        o.store = redis.url();
+        o.store_timeout = DEADLINE;
+        o.grpc = None;
+    })
+    .await;
+    redis.pause().unwrap();
+    // Fewer than the breaker's five failures: each call reaches Redis's
+    // socket, waits there, and is answered 503 at the deadline.
+    for _ in 0..3 {
+        assert_eq!(check(&server, "a").await.0, 503);
+    }
+    redis.resume().unwrap();
+    // Redis now runs the three calls it held: each is past its deadline.
+    let answers = [
+        check(&server, "a").await.0,
+        check(&server, "a").await.0,
+        check(&server, "a").await.0,
+        check(&server, "a").await.0,
+    ];
+    assert_eq!(answers, [200, 200, 200, 429], "the whole limit is still there");
+    server.running.shutdown().await;
+}
