@@ -139,7 +139,8 @@ impl RedisConfig {
             .map_err(|_| BackendError::Timeout(deadline))?
             .map_err(|e| classify(e, deadline))?;
         let clock = Arc::new(ServerClock::unknown());
-        let measured = clock.measure(&mut conn.clone(), &self.prefix);
+        let mut probe = conn.clone();
+        let measured = clock.measure(&mut probe, &self.prefix);
         let _ = tokio::time::timeout(self.timeout, measured).await;
         Ok(RedisBackend {
             conn,
@@ -275,7 +276,9 @@ impl RedisBackend {
             Some(_) => None,
             None => {
                 let mut conn = self.conn.clone();
-                self.clock.deadline_us(&mut conn, &keys[0], self.timeout).await
+                self.clock
+                    .deadline_us(&mut conn, &keys[0], self.timeout)
+                    .await
             }
         };
         let args = |cmd: &mut Cmd| {
@@ -506,7 +509,9 @@ impl ServerClock {
                 .flatten()?;
         }
         let timeout = i64::try_from(timeout.as_micros()).unwrap_or(i64::MAX);
-        let deadline = wall_clock_us().saturating_add(offset).saturating_add(timeout);
+        let deadline = wall_clock_us()
+            .saturating_add(offset)
+            .saturating_add(timeout);
         u64::try_from(deadline).ok()
     }
 

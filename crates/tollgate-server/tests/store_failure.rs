@@ -37,14 +37,17 @@ store:
     )
 }
 
-fn body(key: &str) -> String {
-    format!(r#"{{"domain":"f","descriptors":[{{"entries":[{{"key":"{key}","value":"x"}}]}}]}}"#)
+/// Status of one `/v1/check` of `key` (value `x`), and how long it took.
+async fn check(server: &support::TestServer, key: &str) -> (u16, Duration) {
+    check_value(server, key, "x").await
 }
 
-/// Status of one `/v1/check` of `key`, and how long it took.
-async fn check(server: &support::TestServer, key: &str) -> (u16, Duration) {
+async fn check_value(server: &support::TestServer, key: &str, value: &str) -> (u16, Duration) {
+    let body = format!(
+        r#"{{"domain":"f","descriptors":[{{"entries":[{{"key":"{key}","value":"{value}"}}]}}]}}"#
+    );
     let started = Instant::now();
-    let (status, _, _) = support::send("POST", &server.http_url("/v1/check"), &body(key)).await;
+    let (status, _, _) = support::send("POST", &server.http_url("/v1/check"), &body).await;
     (status, started.elapsed())
 }
 
@@ -149,6 +152,8 @@ descriptors:
         o.grpc = None;
     })
     .await;
+    // Another key: loads the script, leaves `x`'s limit whole.
+    assert_eq!(check_value(&server, "a", "warm-up").await.0, 200);
     redis.pause().unwrap();
     // Fewer than the breaker's five failures: each call reaches Redis's
     // socket, waits there, and is answered 503 at the deadline.
@@ -163,6 +168,10 @@ descriptors:
         check(&server, "a").await.0,
         check(&server, "a").await.0,
     ];
-    assert_eq!(answers, [200, 200, 200, 429], "the whole limit is still there");
+    assert_eq!(
+        answers,
+        [200, 200, 200, 429],
+        "the whole limit is still there"
+    );
     server.running.shutdown().await;
 }
