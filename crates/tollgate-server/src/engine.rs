@@ -25,10 +25,12 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use tollgate::{Algorithm, Backend, BackendError, Decision, Limit, Policy, Quota};
+use tollgate_http::{OnStoreError as HttpOnStoreError, Rule};
 
 use crate::answers::{Answers, Counting};
 use crate::config::{Action, Config, LimitEntry, StoreErrorMode, UpstreamLimit};
 use crate::metrics;
+use crate::store::{Fallback, RuleFallback};
 
 const NS_PER_SEC: u64 = 1_000_000_000;
 
@@ -198,6 +200,9 @@ pub struct Engine<B> {
     config: ArcSwap<Config>,
     backend: B,
     answers: Answers,
+    /// Decides `on_store_error: fallback` limits when the store fails;
+    /// without it they fail closed.
+    fallback: Option<Arc<dyn Fallback>>,
 }
 
 /// What one descriptor of a request is decided by.
@@ -226,7 +231,32 @@ impl<B: Backend> Engine<B> {
             config: ArcSwap::from_pointee(config),
             backend,
             answers,
+            fallback: None,
         }
+    }
+
+    /// The same, answering `on_store_error: fallback` from `fallback`.
+    pub fn with_fallback(mut self, fallback: Arc<dyn Fallback>) -> Self {
+        self.fallback = Some(fallback);
+        self
+    }
+
+    /// The HTTP rules of `config`, each `on_store_error: fallback` rule
+    /// given this engine's fallback (without one, it fails closed).
+    pub fn http_rules(&self, config: &Config) -> Vec<Rule> {
+        let rules = config.http_rules().iter().enumerate();
+        rules
+            .map(|(i, rule)| match &self.fallback {
+                Some(fallback) if config.http_rule_falls_back(i) => {
+                    rule.clone()
+                        .on_store_error(HttpOnStoreError::With(Arc::new(RuleFallback {
+                            fallback: Arc::clone(fallback),
+                            policy: rule.policy().clone(),
+                        })))
+                }
+                _ => rule.clone(),
+            })
+            .collect()
     }
 
     /// The configuration in force now.
@@ -237,6 +267,9 @@ impl<B: Backend> Engine<B> {
     /// Puts `config` in force for the requests that start from now on;
     /// those in flight finish under the one they started with.
     pub fn replace_config(&self, config: Config) {
+        if config.store() != self.config.load().store() {
+            tracing::warn!("the `store` section changed: it applies from the next start, the running store keeps its settings");
+        }
         self.config.store(Arc::new(config));
     }
 
@@ -383,7 +416,20 @@ impl<B: Backend> Engine<B> {
         };
         let decision = match result {
             Ok(decision) => decision,
-            Err(source) => return store_failed(entry, &label, source),
+            Err(source) => {
+                match self.store_failed(
+                    entry,
+                    &label,
+                    source,
+                    key,
+                    policy,
+                    hits,
+                    descriptor.negative,
+                )? {
+                    Some(decision) => decision,
+                    None => return Ok(DescriptorStatus::unlimited_ok(Some(0))),
+                }
+            }
         };
         let tight = tightest(policy.limits(), &decision);
         let used = decision.limit.saturating_sub(decision.remaining);
@@ -431,7 +477,20 @@ impl<B: Backend> Engine<B> {
         };
         let decision = match result {
             Ok(decision) => decision,
-            Err(source) => return store_failed(entry, label, source),
+            Err(source) => {
+                match self.store_failed(
+                    entry,
+                    label,
+                    source,
+                    key,
+                    &upstream.counting,
+                    charge,
+                    negative,
+                )? {
+                    Some(decision) => decision,
+                    None => return Ok(DescriptorStatus::unlimited_ok(Some(0))),
+                }
+            }
         };
         let over = decision.remaining == 0;
         let remaining = decision.remaining.saturating_sub(1);
@@ -457,6 +516,43 @@ impl<B: Backend> Engine<B> {
             reset_after_ns: reset,
             retry_after_ns: over.then_some(reset),
         })
+    }
+
+    /// What a store failure answers, by the limit's `on_store_error`: the
+    /// fallback's decision (`Some`), OK without a decision (`None`, failing
+    /// open), or the error (failing closed).
+    #[allow(clippy::too_many_arguments)]
+    fn store_failed(
+        &self,
+        entry: &LimitEntry,
+        label: &metrics::Label,
+        source: BackendError,
+        key: &str,
+        policy: &Policy,
+        hits: u64,
+        negative: bool,
+    ) -> Result<Option<Decision>, CheckError> {
+        label.store_error();
+        // The breaker logged its opening; each decision it then refuses is
+        // only worth a debug line.
+        if source.is_short_circuit() {
+            tracing::debug!(limit = %entry.path, error = %source, "store error");
+        } else {
+            tracing::warn!(limit = %entry.path, error = %source, "store error");
+        }
+        match (entry.on_store_error, &self.fallback) {
+            (StoreErrorMode::Open, _) => Ok(None),
+            // A refund has nothing to decide: the hits go back to the store
+            // or nowhere.
+            (StoreErrorMode::Fallback, Some(_)) if negative => Ok(None),
+            (StoreErrorMode::Fallback, Some(fallback)) => {
+                Ok(Some(fallback.decide(key, policy, hits)))
+            }
+            (StoreErrorMode::Closed | StoreErrorMode::Fallback, _) => Err(CheckError::Store {
+                path: entry.path.clone(),
+                source,
+            }),
+        }
     }
 
     /// The request's verdict, by envoyproxy/ratelimit's rules: over when a
@@ -619,22 +715,6 @@ fn closest(targets: &[Target<'_>], statuses: &[DescriptorStatus]) -> Option<usiz
         }
     }
     best.map(|(i, _)| i)
-}
-
-fn store_failed(
-    entry: &LimitEntry,
-    label: &metrics::Label,
-    source: BackendError,
-) -> Result<DescriptorStatus, CheckError> {
-    label.store_error();
-    tracing::warn!(limit = %entry.path, error = %source, "store error");
-    match entry.on_store_error {
-        StoreErrorMode::Open => Ok(DescriptorStatus::unlimited_ok(Some(0))),
-        StoreErrorMode::Closed => Err(CheckError::Store {
-            path: entry.path.clone(),
-            source,
-        }),
-    }
 }
 
 /// A limit in `shadow_mode` is never over.

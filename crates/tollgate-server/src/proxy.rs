@@ -125,8 +125,8 @@ impl<B: Backend + Clone + 'static> Proxy<B> {
         }
         let mut limit = RateLimit::builder(self.engine.backend().clone())
             .client_ip(config.http_client_ip().clone());
-        for rule in config.http_rules() {
-            limit = limit.rule(rule.clone());
+        for rule in self.engine.http_rules(&config) {
+            limit = limit.rule(rule);
         }
         let limited = limit.build()?.layer(self.forward.clone());
         self.built.store(Some(Arc::new((config, limited.clone()))));

@@ -22,7 +22,7 @@ use crate::config::{Config, ConfigError, DirectoryOptions, Source};
 use crate::engine::Engine;
 use crate::listener::{self, ListenerLimits};
 use crate::proxy::{Proxy, ProxyError};
-use crate::store::{self, AnyBackend, StoreError};
+use crate::store::{self, GuardedStore, StoreError};
 use crate::{api, grpc, metrics, reload, upstream};
 
 /// Time past the drain bound that shutdown waits for a worker thread.
@@ -127,12 +127,14 @@ pub struct Running {
     /// Where the proxy is served.
     pub proxy: Option<SocketAddr>,
     /// The engine, shared by every listener.
-    pub engine: Arc<Engine<Arc<AnyBackend>>>,
+    pub engine: Arc<Engine<Arc<GuardedStore>>>,
     stop: watch::Sender<bool>,
     /// The listeners on the caller's runtime.
     tasks: Vec<JoinHandle<()>>,
     /// One per extra worker thread, resolved when its listeners are closed.
     threads: Vec<oneshot::Receiver<()>>,
+    /// Gives expired batched leases back until stopped.
+    sweeping: JoinHandle<()>,
     drain: std::time::Duration,
 }
 
@@ -167,7 +169,7 @@ struct Sockets {
 /// What every worker shares.
 #[derive(Clone)]
 struct Shared {
-    engine: Arc<Engine<Arc<AnyBackend>>>,
+    engine: Arc<Engine<Arc<GuardedStore>>>,
     limits: ListenerLimits,
     health: upstream::Health,
     http_token: Option<api::ApiToken>,
@@ -185,7 +187,7 @@ impl Shared {
     fn spawn(
         &self,
         sockets: Sockets,
-        proxy: Option<Arc<Proxy<Arc<AnyBackend>>>>,
+        proxy: Option<Arc<Proxy<Arc<GuardedStore>>>>,
     ) -> std::io::Result<Vec<JoinHandle<()>>> {
         let mut tasks = Vec::new();
         if let Some(socket) = sockets.grpc {
@@ -226,7 +228,7 @@ impl Shared {
         &self,
         n: usize,
         sockets: Sockets,
-        proxy: Option<Arc<Proxy<Arc<AnyBackend>>>>,
+        proxy: Option<Arc<Proxy<Arc<GuardedStore>>>>,
     ) -> std::io::Result<oneshot::Receiver<()>> {
         let (done, finished) = oneshot::channel();
         let shared = self.clone();
@@ -294,11 +296,12 @@ pub async fn start(options: ServeOptions) -> Result<Running, ServeError> {
     if let Some(source) = &source {
         reload::check_store(source, &config, &backend)?;
     }
-    let engine = Arc::new(Engine::with_answers(
-        config,
-        Arc::new(backend),
-        options.answers.clone(),
-    ));
+    let name = store::store_name(&options.store);
+    let backend = GuardedStore::new(backend, name, options.store_timeout, config.store());
+    let backend = Arc::new(backend);
+    let engine = Engine::with_answers(config, Arc::clone(&backend), options.answers.clone())
+        .with_fallback(backend.clone());
+    let engine = Arc::new(engine);
     let workers = options.workers.max(1);
     // One proxy per worker: its upstream connections are driven by the
     // runtime of the requests sent on them. Built before anything listens,
@@ -323,6 +326,10 @@ pub async fn start(options: ServeOptions) -> Result<Running, ServeError> {
     let proxy_listen = options.proxy.as_ref().map(|p| p.listen);
     let (proxy_addr, proxy) = bind_each(proxy_listen, workers).await?;
     let (stop, stopping) = watch::channel(false);
+    let sweeping = tokio::spawn({
+        let (backend, stopping) = (Arc::clone(&backend), stopping.clone());
+        async move { backend.sweep(stopping).await }
+    });
     let permits = || Arc::new(Semaphore::new(options.limits.max_connections));
     let shared = Shared {
         engine: Arc::clone(&engine),
@@ -396,6 +403,7 @@ pub async fn start(options: ServeOptions) -> Result<Running, ServeError> {
         stop,
         tasks,
         threads,
+        sweeping,
         drain: options.limits.drain,
     })
 }
@@ -437,6 +445,11 @@ impl Running {
                 tracing::warn!("a worker did not drain in time");
             }
         }
+        // Unspent leased units go back to the store once nothing spends
+        // them any more.
+        let _ = self.sweeping.await;
+        let giving_back = self.engine.backend().give_back_leases();
+        let _ = tokio::time::timeout_at(deadline + DRAIN_SLACK, giving_back).await;
     }
 }
 

@@ -7,9 +7,15 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use tollgate::{Backend, BackendError, Decision, Lease, MemoryBackend, Policy, UnixClock};
+use tollgate::{
+    Backend, BackendError, BatchStats, Batched, BreakerState, Decision, FailurePolicy, Lease,
+    MemoryBackend, OnStoreError, Policy, Resilient, UnixClock,
+};
+use tollgate_http::{Fallback as HttpFallback, StoreFailure};
 use tollgate_postgres::{PostgresBackend, PostgresConfig};
 use tollgate_redis::{redact, RedisBackend, RedisConfig, CLUSTER_SCHEME};
+
+use crate::config::StoreSettings;
 
 /// Default deadline of one store call on the request path
 /// (`--store-timeout`): the libraries' own, 50 ms. A call past it is a store
@@ -164,11 +170,11 @@ pub async fn connect(
 /// Forgets the memory store's idle keys every `every` until `stopping`
 /// turns true; nothing to do for the shared stores, whose keys expire.
 pub async fn sweep_idle(
-    backend: Arc<AnyBackend>,
+    backend: Arc<GuardedStore>,
     every: Duration,
     mut stopping: watch::Receiver<bool>,
 ) {
-    let AnyBackend::Memory(memory) = &*backend else {
+    let Some(memory) = backend.memory() else {
         return;
     };
     let mut ticks = tokio::time::interval(every);
@@ -180,6 +186,241 @@ pub async fn sweep_idle(
                 let removed = memory.sweep();
                 tracing::debug!(removed, held = memory.len(), "idle keys swept");
             }
+        }
+    }
+}
+
+/// The store as the server calls it: a circuit breaker and a deadline on
+/// every call (the library's `Resilient`) over, when the file's `store`
+/// section asks for it, leases of hot keys' units in batches (`Batched`),
+/// over the store itself.
+///
+/// A store failure (a deadline missed, the store down, the breaker open)
+/// comes back as the error: the limit's `on_store_error` decides, in the
+/// engine or the HTTP layer, and [`GuardedStore::fallback`] answers
+/// `fallback`.
+pub struct GuardedStore {
+    guarded: Resilient<Layers>,
+    instances: u32,
+    /// The lease TTL, when batched.
+    sweep: Option<Duration>,
+}
+
+/// The store, batched or not.
+enum Layers {
+    Direct(AnyBackend),
+    Batched(Batched<AnyBackend>),
+}
+
+impl GuardedStore {
+    /// Guards `backend` as `settings` say; `name` labels the breaker in
+    /// logs and metrics, and each call gives up after `timeout`.
+    pub fn new(
+        backend: AnyBackend,
+        name: &str,
+        timeout: Duration,
+        settings: &StoreSettings,
+    ) -> Self {
+        let layers = match settings.batch {
+            Some(batch) => Layers::Batched(Batched::new(backend, batch)),
+            None => Layers::Direct(backend),
+        };
+        let guarded = Resilient::builder(layers)
+            .name(name)
+            .breaker(settings.breaker)
+            .default_policy(FailurePolicy::new(OnStoreError::Closed).deadline(timeout))
+            .build();
+        GuardedStore {
+            guarded,
+            instances: settings.instances,
+            sweep: settings.batch.map(|b| b.ttl()),
+        }
+    }
+
+    /// Gives leases older than their TTL back every TTL until `stopping`;
+    /// returns at once without batching.
+    pub async fn sweep(&self, mut stopping: tokio::sync::watch::Receiver<bool>) {
+        let Some(every) = self.sweep else { return };
+        let mut ticks = tokio::time::interval(every);
+        loop {
+            tokio::select! {
+                _ = ticks.tick() => self.refund_expired().await,
+                changed = stopping.changed() => {
+                    if changed.is_err() || *stopping.borrow() {
+                        break;
+                    }
+                }
+            }
+        }
+    }
+
+    /// The in-process decision of `on_store_error: fallback`: `key` charged
+    /// `cost` in this instance's share of `policy` (each limit divided by
+    /// the instances sharing the store). Kept across reloads, per policy.
+    pub fn fallback(&self, key: &str, policy: &Policy, cost: u64) -> Decision {
+        self.guarded
+            .fallback_limiter(policy, self.instances)
+            .check_cost(key, cost)
+    }
+
+    /// The memory store under the guards, when that is the store.
+    pub fn memory(&self) -> Option<&MemoryBackend<UnixClock>> {
+        let store = match self.guarded.backend() {
+            Layers::Direct(b) => b,
+            Layers::Batched(b) => b.backend(),
+        };
+        match store {
+            AnyBackend::Memory(memory) => Some(memory),
+            _ => None,
+        }
+    }
+
+    /// Where the store's breaker is.
+    pub fn breaker_state(&self) -> BreakerState {
+        self.guarded.breaker().state()
+    }
+
+    /// What the batching did so far, when the store is batched.
+    pub fn batch_stats(&self) -> Option<BatchStats> {
+        match self.guarded.backend() {
+            Layers::Batched(b) => Some(b.stats()),
+            Layers::Direct(_) => None,
+        }
+    }
+
+    /// Gives back the unspent units of leases older than their TTL;
+    /// nothing without batching.
+    async fn refund_expired(&self) {
+        if let Layers::Batched(b) = self.guarded.backend() {
+            b.refund_expired().await;
+        }
+    }
+
+    /// Gives back every unspent leased unit, for a server that stopped
+    /// deciding; nothing without batching.
+    pub async fn give_back_leases(&self) {
+        if let Layers::Batched(b) = self.guarded.backend() {
+            b.shutdown().await;
+        }
+    }
+}
+
+/// Decides without the store: what `on_store_error: fallback` answers.
+pub trait Fallback: Send + Sync {
+    /// `key` charged `cost` under `policy`, in process.
+    fn decide(&self, key: &str, policy: &Policy, cost: u64) -> Decision;
+}
+
+impl Fallback for GuardedStore {
+    fn decide(&self, key: &str, policy: &Policy, cost: u64) -> Decision {
+        self.fallback(key, policy, cost)
+    }
+}
+
+/// An HTTP rule's `on_store_error: fallback`, for the HTTP layer.
+pub struct RuleFallback {
+    /// Where the rule's requests are decided when the store fails.
+    pub fallback: Arc<dyn Fallback>,
+    /// The rule's policy.
+    pub policy: Policy,
+}
+
+impl StoreFailure for RuleFallback {
+    fn on_failure(&self, _rule: &str, key: &str, cost: u64, _error: &BackendError) -> HttpFallback {
+        HttpFallback::Decided(self.fallback.decide(key, &self.policy, cost))
+    }
+}
+
+/// The breaker's name for the store at `url`: its kind, never its address
+/// (which may hold a password).
+pub fn store_name(url: &str) -> &'static str {
+    if url.starts_with("postgres") {
+        "postgres"
+    } else if url.starts_with("memory") {
+        "memory"
+    } else {
+        "redis"
+    }
+}
+
+impl Backend for GuardedStore {
+    fn validate(&self, policy: &Policy) -> Result<(), BackendError> {
+        self.guarded.validate(policy)
+    }
+
+    async fn check(&self, key: &str, policy: &Policy, cost: u64) -> Result<Decision, BackendError> {
+        self.guarded.check_guarded(key, policy, cost).await
+    }
+
+    async fn reset(&self, key: &str, policy: &Policy) -> Result<(), BackendError> {
+        self.guarded.reset(key, policy).await
+    }
+
+    async fn refund(
+        &self,
+        key: &str,
+        policy: &Policy,
+        cost: u64,
+    ) -> Result<Decision, BackendError> {
+        self.guarded.refund(key, policy, cost).await
+    }
+
+    async fn force(&self, key: &str, policy: &Policy, cost: u64) -> Result<Decision, BackendError> {
+        self.guarded.force(key, policy, cost).await
+    }
+
+    async fn lease(&self, key: &str, policy: &Policy, max: u64) -> Result<Lease, BackendError> {
+        self.guarded.lease(key, policy, max).await
+    }
+}
+
+impl Backend for Layers {
+    fn validate(&self, policy: &Policy) -> Result<(), BackendError> {
+        // Batched refuses sliding logs, but decides them in the store
+        // unbatched: the server batches what it can and accepts the rest.
+        match self {
+            Layers::Direct(b) => b.validate(policy),
+            Layers::Batched(b) => b.backend().validate(policy),
+        }
+    }
+
+    async fn check(&self, key: &str, policy: &Policy, cost: u64) -> Result<Decision, BackendError> {
+        match self {
+            Layers::Direct(b) => b.check(key, policy, cost).await,
+            Layers::Batched(b) => b.check(key, policy, cost).await,
+        }
+    }
+
+    async fn reset(&self, key: &str, policy: &Policy) -> Result<(), BackendError> {
+        match self {
+            Layers::Direct(b) => b.reset(key, policy).await,
+            Layers::Batched(b) => b.reset(key, policy).await,
+        }
+    }
+
+    async fn refund(
+        &self,
+        key: &str,
+        policy: &Policy,
+        cost: u64,
+    ) -> Result<Decision, BackendError> {
+        match self {
+            Layers::Direct(b) => b.refund(key, policy, cost).await,
+            Layers::Batched(b) => b.refund(key, policy, cost).await,
+        }
+    }
+
+    async fn force(&self, key: &str, policy: &Policy, cost: u64) -> Result<Decision, BackendError> {
+        match self {
+            Layers::Direct(b) => b.force(key, policy, cost).await,
+            Layers::Batched(b) => b.force(key, policy, cost).await,
+        }
+    }
+
+    async fn lease(&self, key: &str, policy: &Policy, max: u64) -> Result<Lease, BackendError> {
+        match self {
+            Layers::Direct(b) => b.lease(key, policy, max).await,
+            Layers::Batched(b) => b.lease(key, policy, max).await,
         }
     }
 }

@@ -15,7 +15,6 @@ use support::{send, send_with};
 use tokio::io::AsyncWriteExt;
 use tollgate_server::api::ApiToken;
 use tollgate_server::listener::Pace;
-use tollgate_server::store::AnyBackend;
 
 const CONFIG: &str = "
 domain: web
@@ -172,7 +171,7 @@ async fn the_memory_store_holds_a_bounded_number_of_keys_and_forgets_idle_ones()
         let (status, text, _) = send("POST", &url, &check("visitor", &format!("v{i}"), 1)).await;
         assert!(status == 200 || status == 429, "{status} {text}");
     }
-    let AnyBackend::Memory(memory) = &**server.running.engine.backend() else {
+    let Some(memory) = server.running.engine.backend().memory() else {
         unreachable!("the test server's store is memory")
     };
     assert!(memory.len() <= 10, "{} keys held", memory.len());

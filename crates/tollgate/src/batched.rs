@@ -62,6 +62,12 @@ impl BatchConfig {
         self.lease_ttl = ttl;
         self
     }
+
+    /// The lease TTL set: how often [`Batched::refund_expired`] is worth
+    /// running.
+    pub fn ttl(&self) -> Duration {
+        self.lease_ttl
+    }
 }
 
 counters! {

@@ -62,6 +62,12 @@ impl BreakerConfig {
         self.probes = probes.max(1);
         self
     }
+
+    /// The failure-ratio rule as set: `(ratio, min_calls, window)`, so a
+    /// caller can change one of the three and keep the others.
+    pub fn ratio_rule(&self) -> (f64, u32, Duration) {
+        (self.ratio, self.min_calls, self.window)
+    }
 }
 
 /// Where a [`Breaker`] is.
@@ -102,7 +108,8 @@ const WINDOW_SLOTS: u64 = 10;
 ///
 /// State changes are logged with `tracing` (target `tollgate::breaker`) and
 /// counted in the `metrics` counter `tollgate_breaker_transitions_total`
-/// with labels `store` and `to`.
+/// with labels `store` and `to`; the gauge `tollgate_breaker_state`
+/// (label `store`) holds the state reached: 0 closed, 1 half-open, 2 open.
 ///
 /// Closed, it lets every call through and watches outcomes; it opens after
 /// `consecutive` failures in a row, or when at least `min_calls` calls in
@@ -151,8 +158,10 @@ impl<C: Clock> Breaker<C> {
     /// A closed breaker for the store called `name` (used in logs and
     /// metrics).
     pub fn new(name: impl Into<String>, config: BreakerConfig, clock: C) -> Self {
+        let name = name.into();
+        metrics::gauge!("tollgate_breaker_state", "store" => name.clone()).set(0.0);
         Breaker {
-            name: name.into(),
+            name,
             config,
             clock,
             open_until: AtomicU64::new(0),
@@ -295,6 +304,14 @@ impl<C: Clock> Breaker<C> {
             "to" => to.as_str()
         )
         .increment(1);
+        // 0 closed, 1 half-open, 2 open: where the breaker is, between
+        // transitions.
+        let level = match to {
+            BreakerState::Closed => 0.0,
+            BreakerState::HalfOpen => 1.0,
+            BreakerState::Open => 2.0,
+        };
+        metrics::gauge!("tollgate_breaker_state", "store" => self.name.clone()).set(level);
     }
 }
 

@@ -239,7 +239,18 @@ impl<B: Backend, C: Clock + Clone> ResilientBuilder<B, C> {
     }
 }
 
+/// How the error of a call refused by the open breaker begins.
+const SHORT_CIRCUIT: &str = "circuit open for store";
+
 impl BackendError {
+    /// Whether the call was refused by an open circuit breaker without
+    /// reaching the store. The breaker logs once when it opens; a caller
+    /// logging each failed decision can leave these out (or log them at a
+    /// lower level), which an open breaker answers by the thousand.
+    pub fn is_short_circuit(&self) -> bool {
+        matches!(self, BackendError::Unavailable(m) if m.starts_with(SHORT_CIRCUIT))
+    }
+
     /// Whether the store failed ([`BackendError::Timeout`],
     /// [`BackendError::Unavailable`], [`BackendError::Store`]), as opposed to
     /// the request being one the store refuses: the errors a [`Resilient`]
@@ -290,6 +301,23 @@ impl<B: Backend, C: Clock + Clone> Resilient<B, C> {
         Arc::clone(limiter)
     }
 
+    /// [`Backend::check`] through the breaker and within the policy's
+    /// deadline, but without its [`OnStoreError`]: a store failure (or the
+    /// open breaker) comes back as the error. For a caller whose failure
+    /// mode belongs to each call rather than to the policy (a server where
+    /// two limits with the same quota fail differently); it falls back with
+    /// [`Resilient::fallback_limiter`].
+    pub async fn check_guarded(
+        &self,
+        key: &str,
+        policy: &Policy,
+        cost: u64,
+    ) -> Result<Decision, BackendError> {
+        let deadline = self.failure_policy(policy).deadline;
+        self.guarded(deadline, || self.backend.check(key, policy, cost))
+            .await
+    }
+
     fn breaker_clock(&self) -> C {
         self.breaker.clock().clone()
     }
@@ -307,7 +335,7 @@ impl<B: Backend, C: Clock + Clone> Resilient<B, C> {
                 .short_circuited
                 .fetch_add(1, Ordering::Relaxed);
             return Err(BackendError::Unavailable(format!(
-                "circuit open for store `{}`: not called until it is probed",
+                "{SHORT_CIRCUIT} `{}`: not called until it is probed",
                 self.breaker.name()
             )));
         };
@@ -412,10 +440,7 @@ impl<B: Backend, C: Clock + Clone> Backend for Resilient<B, C> {
 
     async fn check(&self, key: &str, policy: &Policy, cost: u64) -> Result<Decision, BackendError> {
         let failure = self.failure_policy(policy);
-        match self
-            .guarded(failure.deadline, || self.backend.check(key, policy, cost))
-            .await
-        {
+        match self.check_guarded(key, policy, cost).await {
             Err(e) if e.is_store_failure() => {
                 self.on_failure(key, policy, cost, failure.on_error, e)
             }

@@ -58,6 +58,9 @@ pub(super) fn build(file: &str, text: &str) -> Result<Config, ConfigError> {
     for rule in http.rules {
         b.http_rule(rule)?;
     }
+    if let Some(section) = raw.store {
+        b.config.store = super::store::build(file, section)?;
+    }
     Ok(b.config)
 }
 
@@ -335,8 +338,13 @@ impl Builder<'_> {
             .on_missing_key(r.on_missing_key)
             .on_store_error(match r.on_store_error {
                 StoreErrorMode::Open => HttpStoreError::Open,
-                StoreErrorMode::Closed => HttpStoreError::Closed,
+                // Closed until the server gives the rule its fallback
+                // (`Engine::http_rules`).
+                StoreErrorMode::Closed | StoreErrorMode::Fallback => HttpStoreError::Closed,
             });
+        self.config
+            .http_fallback
+            .push(r.on_store_error == StoreErrorMode::Fallback);
         if let Some(key) = r.key {
             out = out.key(key);
         }

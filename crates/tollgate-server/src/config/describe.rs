@@ -80,8 +80,10 @@ pub(super) fn describe_entry(entry: &LimitEntry) -> String {
     if !entry.replaces.is_empty() {
         out.push_str(&format!(" [replaces {}]", entry.replaces.join(", ")));
     }
-    if entry.on_store_error == StoreErrorMode::Closed {
-        out.push_str(" [fails closed]");
+    match entry.on_store_error {
+        StoreErrorMode::Open => {}
+        StoreErrorMode::Closed => out.push_str(" [fails closed]"),
+        StoreErrorMode::Fallback => out.push_str(" [falls back to this instance's share]"),
     }
     out
 }

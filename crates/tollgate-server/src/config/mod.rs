@@ -36,6 +36,7 @@ mod describe;
 mod error;
 mod raw;
 mod source;
+mod store;
 mod tree;
 
 use std::collections::HashMap;
@@ -51,6 +52,7 @@ pub use describe::{describe_limit, describe_period};
 pub use error::ConfigError;
 pub use raw::StoreErrorMode;
 pub use source::{DirectoryOptions, Source};
+pub use store::StoreSettings;
 pub(crate) use tree::composite;
 pub use tree::Match;
 pub(crate) use tree::Node;
@@ -133,6 +135,10 @@ pub struct Config {
     http_descriptions: Vec<String>,
     http_client_ip: ClientIp,
     memory: MemorySettings,
+    /// Whether each HTTP rule (same order) falls back to this instance's
+    /// share when the store fails.
+    http_fallback: Vec<bool>,
+    store: StoreSettings,
 }
 
 impl Config {
@@ -225,6 +231,17 @@ impl Config {
     /// The `memory` section: the memory store's bounds, read at start.
     pub fn memory(&self) -> MemorySettings {
         self.memory
+    }
+
+    /// Whether the HTTP rule at `index` of [`Config::http_rules`] has
+    /// `on_store_error: fallback` (the server gives it its fallback).
+    pub fn http_rule_falls_back(&self, index: usize) -> bool {
+        self.http_fallback.get(index).copied().unwrap_or(false)
+    }
+
+    /// The `store` section.
+    pub fn store(&self) -> &StoreSettings {
+        &self.store
     }
 
     /// One line per configured limit and HTTP rule, in words.

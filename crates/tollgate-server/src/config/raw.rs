@@ -20,6 +20,7 @@ pub(crate) struct File {
     pub http: Option<Http>,
     /// The memory store's bounds (the flags win).
     pub memory: Option<Memory>,
+    pub store: Option<Spanned<Store>>,
 }
 
 /// `memory: { max_keys, sweep_every }`.
@@ -28,6 +29,38 @@ pub(crate) struct File {
 pub(crate) struct Memory {
     pub max_keys: Option<Spanned<usize>>,
     pub sweep_every: Option<Spanned<String>>,
+}
+
+/// The `store` section: how the server guards its calls to the store.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Store {
+    pub instances: Option<u32>,
+    pub breaker: Option<Breaker>,
+    pub batch: Option<Batch>,
+}
+
+/// The store's circuit breaker; every field defaults to the library's.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Breaker {
+    pub consecutive_failures: Option<u32>,
+    pub failure_ratio: Option<f64>,
+    pub min_calls: Option<u32>,
+    pub window: Option<String>,
+    pub open_for: Option<String>,
+    pub probes: Option<u32>,
+}
+
+/// Leases of hot keys' units in batches; every field defaults to the
+/// library's.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Batch {
+    pub size: Option<u64>,
+    pub hot_rate: Option<u32>,
+    pub lease_ttl: Option<String>,
+    pub max_leases: Option<usize>,
 }
 
 /// One domain and its descriptor tree.
@@ -138,6 +171,10 @@ pub enum StoreErrorMode {
     /// The call fails: gRPC `UNAVAILABLE` (Envoy's `failure_mode_deny`
     /// then decides), HTTP 503.
     Closed,
+    /// Decided in this process with its share of the limit (the limit
+    /// divided by the `store` section's `instances`), as
+    /// `tollgate::OnStoreError::Fallback`.
+    Fallback,
 }
 
 /// The proxy mode's rules, in the HTTP layer's own vocabulary.

@@ -17,7 +17,10 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use super::{Config, ConfigError};
+use tollgate_http::ClientIp;
+
+use super::{Config, ConfigError, StoreSettings};
+use crate::store::MemorySettings;
 
 /// How a directory is read and watched (a file ignores them).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -120,10 +123,25 @@ struct Merged {
     /// The file of each domain and HTTP rule, for the error on a second one.
     domains: HashMap<String, String>,
     rules: HashMap<String, String>,
+    /// The file of each server-wide section (`store`, `memory`,
+    /// `http.client_ip`): one file may set each.
+    sections: HashMap<&'static str, String>,
     merge_domains: bool,
 }
 
 impl Merged {
+    /// Records that `file` sets the server-wide `section`; a second file
+    /// setting it is the error.
+    fn claim(&mut self, section: &'static str, file: &str) -> Result<(), ConfigError> {
+        match self.sections.insert(section, file.to_string()) {
+            Some(first) => Err(ConfigError::unlocated(
+                file,
+                format!("the `{section}` section is already defined in {first}"),
+            )),
+            None => Ok(()),
+        }
+    }
+
     fn add(&mut self, file: &str, config: Config) -> Result<(), ConfigError> {
         let twice = |what: &str, first: &str| {
             ConfigError::unlocated(file, format!("{what} is already defined in {first}"))
@@ -148,8 +166,21 @@ impl Merged {
             }
             self.rules.insert(name, file.to_string());
         }
+        if config.http_client_ip != ClientIp::default() {
+            self.claim("http.client_ip", file)?;
+            self.config.http_client_ip = config.http_client_ip;
+        }
+        if config.memory != MemorySettings::default() {
+            self.claim("memory", file)?;
+            self.config.memory = config.memory;
+        }
+        if config.store != StoreSettings::default() {
+            self.claim("store", file)?;
+            self.config.store = config.store;
+        }
         self.config.entries.extend(config.entries);
         self.config.http_rules.extend(config.http_rules);
+        self.config.http_fallback.extend(config.http_fallback);
         self.config
             .http_descriptions
             .extend(config.http_descriptions);
