@@ -325,6 +325,18 @@ pub async fn start(options: ServeOptions) -> Result<Running, ServeError> {
     }
     let proxy_listen = options.proxy.as_ref().map(|p| p.listen);
     let (proxy_addr, proxy) = bind_each(proxy_listen, workers).await?;
+    let metrics_listener = match &options.metrics {
+        Some(m) => Some(
+            TcpListener::bind(m.listen)
+                .await
+                .map_err(|source| ServeError::Bind {
+                    addr: m.listen,
+                    source,
+                })?,
+        ),
+        None => None,
+    };
+    let metrics_addr = metrics_listener.as_ref().and_then(|l| l.local_addr().ok());
     let (stop, stopping) = watch::channel(false);
     let sweeping = tokio::spawn({
         let (backend, stopping) = (Arc::clone(&backend), stopping.clone());
@@ -353,15 +365,7 @@ pub async fn start(options: ServeOptions) -> Result<Running, ServeError> {
         tasks = shared.spawn(sockets, proxy).map_err(ServeError::Worker)?;
     }
     // One task on the first worker: a scrape every few seconds.
-    let mut metrics_addr = None;
-    if let Some(m) = &options.metrics {
-        let listener = TcpListener::bind(m.listen)
-            .await
-            .map_err(|source| ServeError::Bind {
-                addr: m.listen,
-                source,
-            })?;
-        metrics_addr = listener.local_addr().ok();
+    if let (Some(m), Some(listener)) = (&options.metrics, metrics_listener) {
         tasks.push(tokio::spawn(listener::serve(
             listener,
             api::metrics_router(&m.path),

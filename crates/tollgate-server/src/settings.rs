@@ -7,7 +7,9 @@
 //! with a logged warning where tollgate has no equivalent and doing
 //! without it changes no decision (the debug port, statsd's address,
 //! connection pools, key expiry jitter), handled elsewhere (the answer
-//! switches: [`HANDLED_ELSEWHERE`]), or refused with a message naming it
+//! switches `SHADOW_MODE`, `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`,
+//! `NEAR_LIMIT_RATIO`, `LIMIT_RESPONSE_HEADERS_ENABLED` and `LIMIT_*_HEADER`),
+//! or refused with a message naming it
 //! (TLS on gRPC, sentinel, memcache, xDS, statsd itself...). Nothing set is
 //! ignored in silence. An empty value counts as unset.
 //!
@@ -37,18 +39,6 @@ use crate::config::{DirectoryOptions, Source};
 use crate::logs::LogFormat;
 use crate::server::MetricsOptions;
 use crate::upstream::Health;
-
-/// Upstream's variables that change answers, read by the engine's own
-/// settings rather than here.
-pub const HANDLED_ELSEWHERE: [&str; 7] = [
-    "SHADOW_MODE",
-    "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT",
-    "LIMIT_RESPONSE_HEADERS_ENABLED",
-    "LIMIT_LIMIT_HEADER",
-    "LIMIT_REMAINING_HEADER",
-    "LIMIT_RESET_HEADER",
-    "NEAR_LIMIT_RATIO",
-];
 
 /// Accepted and without effect, each with why doing without it changes no
 /// decision.

@@ -222,7 +222,9 @@ fn a_directory_is_one_configuration_each_domain_once() {
     let e = source.load().unwrap_err();
     let text = e.to_string();
     assert!(
-        text.contains("a.yaml") && text.contains("domain `a` is already defined in"),
+        text.contains("a.yaml")
+            && text.contains("domain `a` is already defined in")
+            && text.contains("RUNTIME_IGNOREDOTFILES=true"),
         "{text}"
     );
     // Merged, as MERGE_DOMAIN_CONFIG=true: a top-level descriptor twice is

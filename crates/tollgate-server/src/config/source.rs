@@ -144,7 +144,13 @@ impl Merged {
 
     fn add(&mut self, file: &str, config: Config) -> Result<(), ConfigError> {
         let twice = |what: &str, first: &str| {
-            ConfigError::unlocated(file, format!("{what} is already defined in {first}"))
+            // A ConfigMap volume's hidden copy is the usual cause.
+            let hint = if first.contains("/.") || file.contains("/.") {
+                " (a hidden copy? dot files are read: RUNTIME_IGNOREDOTFILES=true skips them)"
+            } else {
+                ""
+            };
+            ConfigError::unlocated(file, format!("{what} is already defined in {first}{hint}"))
         };
         for (domain, root) in config.domains {
             if let Some(first) = self.domains.get(&domain) {
