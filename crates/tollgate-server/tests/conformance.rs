@@ -373,7 +373,7 @@ async fn run(store: &str) {
     // 15. A `*` inside a value is no wildcard ("Wildcard in the middle of
     // value is not supported"): `bar*b` matches itself only.
     // envoyproxy/ratelimit test/config/config_test.go (TestWildcardConfig)
-    // and test/config/wildcard.yaml:17-21.
+    // and test/config/wildcard.yaml:18-22.
     assert!(hit(&mut c, "midWild", "barab")
         .await
         .current_limit
