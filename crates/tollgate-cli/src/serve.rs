@@ -431,3 +431,52 @@ fn check(path: &std::path::Path, store: &str) -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        serve: Args,
+    }
+
+    #[test]
+    fn upstream_switches_give_the_answer_settings() {
+        let defaults = Cli::try_parse_from(["serve"]).unwrap().serve.answers();
+        assert_eq!(defaults, Answers::default());
+        let cli = Cli::try_parse_from([
+            "serve",
+            "--counting",
+            "tollgate",
+            "--shadow-mode",
+            "--stop-cache-key-increment-when-overlimit",
+            "--near-limit-ratio",
+            "0.5",
+            "--limit-response-headers-enabled",
+            "--limit-reset-header",
+            "X-Reset",
+        ])
+        .unwrap();
+        let answers = cli.serve.answers();
+        assert_eq!(answers.counting, Counting::Tollgate);
+        assert!(answers.global_shadow && answers.stop_increment_when_over);
+        assert_eq!(answers.near_limit_ratio, 0.5);
+        let headers = answers.limit_headers.unwrap();
+        assert_eq!(
+            (headers.limit.as_str(), headers.reset.as_str()),
+            ("RateLimit-Limit", "X-Reset")
+        );
+    }
+
+    #[test]
+    fn a_near_limit_ratio_outside_0_to_1_is_refused() {
+        let err = Cli::try_parse_from(["serve", "--near-limit-ratio", "1.5"])
+            .err()
+            .unwrap();
+        assert!(err.to_string().contains("between 0 and 1"), "{err}");
+    }
+}

@@ -373,7 +373,7 @@ async fn run(store: &str) {
     // 15. A `*` inside a value is no wildcard ("Wildcard in the middle of
     // value is not supported"): `bar*b` matches itself only.
     // envoyproxy/ratelimit test/config/config_test.go (TestWildcardConfig)
-    // and test/config/wildcard.yaml:17-21.
+    // and test/config/wildcard.yaml:18-22.
     assert!(hit(&mut c, "midWild", "barab")
         .await
         .current_limit
@@ -631,5 +631,43 @@ async fn a_malformed_request_is_an_invalid_argument() {
         }
     };
     assert_eq!(status, "3", "INVALID_ARGUMENT");
+    server.running.shutdown().await;
+}
+
+/// NEAR_LIMIT_RATIO: an admitted hit counts as near the limit once the
+/// count passes floor(limit * ratio). envoyproxy/ratelimit
+/// src/limiter/base_limiter.go (nearLimitThreshold = floor(limit *
+/// nearLimitRatio); checkNearLimitThreshold: limitAfterIncrease > it).
+#[tokio::test]
+async fn near_limit_ratio_sets_the_near_limit_statistic() {
+    let yaml = "domain: near\ndescriptors:\n  - key: n\n    rate_limit: { unit: hour, requests_per_unit: 10 }\n";
+    away_from_the_hour().await;
+    let server = support::start_with(yaml, |o| {
+        o.answers = Answers {
+            near_limit_ratio: 0.5,
+            ..Answers::default()
+        }
+    })
+    .await;
+    let mut c = client(&server).await;
+    let near = || {
+        let text = support::get_metrics_text().1;
+        let series = format!(
+            "{}{{rule=\"near.n\"}} ",
+            tollgate_server::metrics::NEAR_LIMIT
+        );
+        text.lines()
+            .find_map(|l| l.strip_prefix(series.as_str()).map(str::to_string))
+    };
+    for _ in 0..5 {
+        let mut req = request(vec![descriptor(&[("n", "x")])]);
+        req.domain = "near".into();
+        c.should_rate_limit(req).await.unwrap();
+    }
+    assert_eq!(near(), None, "5 of 10 is not past floor(10 * 0.5)");
+    let mut req = request(vec![descriptor(&[("n", "x")])]);
+    req.domain = "near".into();
+    c.should_rate_limit(req).await.unwrap();
+    assert_eq!(near().as_deref(), Some("1"));
     server.running.shutdown().await;
 }

@@ -264,6 +264,24 @@ mod tests {
     use super::*;
 
     #[test]
+    fn unix_clock_reads_the_time_since_the_epoch() {
+        let epoch_ns = |t: std::time::SystemTime| {
+            t.duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
+        };
+        let before = epoch_ns(std::time::SystemTime::now());
+        let clock = UnixClock::new();
+        let read = clock.now();
+        let after = epoch_ns(std::time::SystemTime::now());
+        // Its origin is the system clock's reading at creation, so a read
+        // falls between two system readings around it.
+        assert!(
+            before <= read && read <= after + 1_000_000,
+            "{before} {read} {after}"
+        );
+        assert!(clock.now() >= read);
+    }
+
+    #[test]
     fn fake_clock_only_moves_forward() {
         let clock = FakeClock::at(10);
         clock.advance(Duration::from_nanos(5));

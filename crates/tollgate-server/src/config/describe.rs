@@ -80,6 +80,9 @@ pub(super) fn describe_entry(entry: &LimitEntry) -> String {
     if !entry.replaces.is_empty() {
         out.push_str(&format!(" [replaces {}]", entry.replaces.join(", ")));
     }
+    if entry.quota_mode {
+        out.push_str(" [quota mode: refuses only when every quota is over]");
+    }
     match entry.on_store_error {
         StoreErrorMode::Open => {}
         StoreErrorMode::Closed => out.push_str(" [fails closed]"),
