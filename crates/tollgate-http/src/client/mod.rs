@@ -39,6 +39,7 @@
 //!    the method is idempotent or the request has an `Idempotency-Key`
 //!    ([`Outbound::idempotency_keys`] adds one to requests without).
 
+mod pace;
 mod retry;
 mod shape;
 mod tower;
@@ -59,7 +60,7 @@ use crate::learn::{learn, DEFAULT_MAX_PAUSE};
 pub use self::reqwest::OutboundMiddleware;
 pub use self::tower::{OutboundLayer, OutboundService};
 pub use retry::{may_retry, retryable_status, Budget, Retry, RetryBudget, IDEMPOTENCY_KEY};
-pub use shape::{ShapeError, Shaper};
+pub use shape::{Sent, ShapeError, Shaper};
 
 /// What the key and cost functions see of an outgoing request.
 #[derive(Clone, Copy, Debug)]
@@ -160,6 +161,20 @@ impl<C: AsyncClock + Clone> Outbound<C> {
         Ok(self)
     }
 
+    /// Whether requests may go in bursts (see [`Shaper::bursts`]); by
+    /// default they leave one interval apart.
+    pub fn bursts(mut self, bursts: bool) -> Self {
+        self.shaper = self.shaper.bursts(bursts);
+        self
+    }
+
+    /// The pace kept below a server's announced rate, percent (see
+    /// [`Shaper::headroom`]; default 5).
+    pub fn headroom(mut self, percent: u64) -> Self {
+        self.shaper = self.shaper.headroom(percent);
+        self
+    }
+
     /// The longest a request waits for its budget, retries included.
     pub fn deadline(mut self, deadline: Duration) -> Self {
         self.deadline = deadline;
@@ -241,7 +256,8 @@ impl<C: AsyncClock + Clone> Outbound<C> {
         let stop_retrying = start.saturating_add(shape::nanos(self.retry.max_total));
         self.budget.deposit();
         let within = |now: u64| Duration::from_nanos(give_up.saturating_sub(now));
-        self.shaper
+        let mut sent = self
+            .shaper
             .admit(&key, cost, within(clock.now()))
             .await
             .map_err(ClientError::Shaped)?;
@@ -251,13 +267,17 @@ impl<C: AsyncClock + Clone> Outbound<C> {
             let (again, told) = match &result {
                 Ok(answer) => {
                     let learned = learn(answer.headers(), SystemTime::now(), self.max_pause);
-                    self.shaper.learn(&key, &learned);
+                    let refused = retryable_status(answer.status());
+                    let pause = sent.answered(refused, Some(&learned));
                     if let Some(actual) = self.reported.as_ref().and_then(|f| f(answer.headers())) {
                         self.shaper.settle(&key, cost, actual);
                     }
-                    (retryable_status(answer.status()), learned.retry_after)
+                    (refused, pause)
                 }
-                Err(e) => (self.retry.connection_errors && connection_error(e), None),
+                Err(e) => {
+                    sent.answered(false, None);
+                    (self.retry.connection_errors && connection_error(e), None)
+                }
             };
             if !again || !retriable || attempt >= self.retry.max_attempts {
                 return result.map_err(ClientError::Upstream);
@@ -273,14 +293,10 @@ impl<C: AsyncClock + Clone> Outbound<C> {
             clock.sleep(delay).await;
             // A retry the shaper cannot fit before the deadline is not
             // made: the caller gets the answer it already has.
-            if self
-                .shaper
-                .admit(&key, cost, within(clock.now()))
-                .await
-                .is_err()
-            {
-                return result.map_err(ClientError::Upstream);
-            }
+            sent = match self.shaper.admit(&key, cost, within(clock.now())).await {
+                Ok(sent) => sent,
+                Err(_) => return result.map_err(ClientError::Upstream),
+            };
             attempt += 1;
         }
     }
