@@ -80,10 +80,10 @@ impl Paces {
         self.headroom = percent;
     }
 
-    /// Takes `key`'s next slot if it comes no later than `give_up`: the
-    /// time to leave, counted in flight until [`Paces::done`]. A slot past
-    /// `give_up` changes nothing and is returned as the error.
-    pub(crate) fn reserve(&self, key: &str, now: u64, give_up: u64) -> Result<u64, u64> {
+    /// Lets a request of `key` go now if its pace allows, counting it in
+    /// flight until [`Paces::done`]; otherwise changes nothing and returns
+    /// the earliest time it could go, to be asked again then.
+    pub(crate) fn take(&self, key: &str, now: u64) -> Result<(), u64> {
         let mut keys = self.keys.lock().unwrap_or_else(|e| e.into_inner());
         let pace = keys.entry(key, now);
         let interval = self.own.max(pace.server);
@@ -100,22 +100,27 @@ impl Paces {
                 .saturating_add(interval.saturating_mul(pace.in_flight.saturating_add(1)));
             slot = slot.max(held);
         }
-        if slot > give_up {
+        if slot > now {
             return Err(slot);
         }
-        pace.next = slot.saturating_add(interval);
+        // A timer that woke a little late does not slow the pace: up to a
+        // quarter interval of lateness is made up on the next slot.
+        pace.next = pace
+            .next
+            .max(now.saturating_sub(interval / 4))
+            .saturating_add(interval);
         pace.left = pace.left.map(|l| l.saturating_sub(1));
         pace.in_flight += 1;
-        Ok(slot)
+        Ok(())
     }
 
-    /// A request of `key` taken by [`Paces::reserve`] is answered (or
+    /// A request of `key` taken by [`Paces::take`] is answered (or
     /// failed, `learned` then `None`) at `now`. Returns the pause the
     /// answer calls for: `learned`'s, except that a wait of at most the
     /// fields' resolution from a server whose rate is known becomes that
     /// rate's interval (doubling with each refusal in a row), or no pause
     /// for an admitted request (its spent budget holds the key back in
-    /// [`Paces::reserve`]).
+    /// [`Paces::take`]).
     pub(crate) fn done(
         &self,
         key: &str,

@@ -120,33 +120,43 @@ impl<C: AsyncClock> Shaper<C> {
                 }
                 Err(WaitError::Full(_)) => return Err(ShapeError::Full),
             };
-            let now = clock.now();
-            let ready = now.saturating_add(decision.delay);
-            let slot = match self.paces.reserve(key, ready, give_up) {
-                Ok(slot) => slot,
-                Err(slot) => {
+            if decision.delay > 0 {
+                if clock.now().saturating_add(decision.delay) > give_up {
                     self.limiter.refund(key, cost);
                     return Err(ShapeError::TooLate {
-                        wait: Duration::from_nanos(slot - now),
+                        wait: Duration::from_nanos(decision.delay),
                     });
                 }
-            };
-            let sent = Sent {
-                shaper: self,
-                key: key.to_string(),
-                open: true,
-            };
-            if slot > now {
-                clock.sleep(Duration::from_nanos(slot - now)).await;
+                clock.sleep(Duration::from_nanos(decision.delay)).await;
             }
-            // A pause learned while this request waited wins: the slot is
-            // given back and the request waits for the pause.
-            if self.paused_until(key, clock.now()).is_some() {
-                drop(sent);
-                self.limiter.refund(key, cost);
-                continue;
+            // The pace is asked again after every wait: an answer that came
+            // meanwhile may have slowed it or spent the server's budget, so
+            // no slot is booked ahead on what was known before.
+            loop {
+                let now = clock.now();
+                // A pause learned while this request waited wins: the
+                // charge is given back and the request waits for the pause.
+                if self.paused_until(key, now).is_some() {
+                    self.limiter.refund(key, cost);
+                    break;
+                }
+                match self.paces.take(key, now) {
+                    Ok(()) => {
+                        return Ok(Sent {
+                            shaper: self,
+                            key: key.to_string(),
+                            open: true,
+                        })
+                    }
+                    Err(slot) if slot > give_up => {
+                        self.limiter.refund(key, cost);
+                        return Err(ShapeError::TooLate {
+                            wait: Duration::from_nanos(slot - now),
+                        });
+                    }
+                    Err(slot) => clock.sleep(Duration::from_nanos(slot - now)).await,
+                }
             }
-            return Ok(sent);
         }
     }
 
