@@ -28,16 +28,52 @@
 //!
 //! Per request, in order:
 //!
-//! 1. wait until the key's budget admits the cost and no pause holds it,
-//!    or fail at once with [`ShapeError`] if it can never fit or the wait
-//!    would pass the deadline;
-//! 2. send, and learn from the answer's headers (a spent budget pauses the
-//!    key; a reported cost, see [`Outbound::reconcile`], is settled);
+//! 1. wait until the key's budget admits the cost, no pause holds it and
+//!    its pace gives it a slot, or fail at once with [`ShapeError`] if it
+//!    can never fit or the wait would pass the deadline;
+//! 2. send, and learn from the answer's headers (the server's rate, what it
+//!    has left, a spent budget; a reported cost, see
+//!    [`Outbound::reconcile`], is settled);
 //! 3. on 429 or 503 (or a connection error, if [`Retry::connection_errors`]),
-//!    retry after `Retry-After` or an exponential backoff with full jitter,
-//!    while attempts, total time and the retry budget allow, and only if
-//!    the method is idempotent or the request has an `Idempotency-Key`
-//!    ([`Outbound::idempotency_keys`] adds one to requests without).
+//!    retry after the pause the answer calls for or an exponential backoff
+//!    with full jitter, while attempts, total time and the retry budget
+//!    allow, and only if the method is idempotent or the request has an
+//!    `Idempotency-Key` ([`Outbound::idempotency_keys`] adds one to requests
+//!    without).
+//!
+//! What the defaults do, for many tasks sharing one `Outbound`:
+//!
+//! - **Evenly spread**: a key's requests leave one interval apart, never
+//!   together, even when the policy has a burst (`Quota::per_minute(50)`
+//!   allows 50 at once; the client still sends one every 1.2 s). Requests
+//!   waiting together are released one by one, each slot decided when it
+//!   comes (nothing is booked ahead on what was known earlier).
+//! - **The server's rate**: the interval is the slower of the policy's and
+//!   the one the server announces in `RateLimit-Policy` (`q` per `w`
+//!   seconds), plus a 5% headroom ([`Outbound::headroom`]) so network
+//!   jitter does not bunch requests past its limit: against `q=20;w=1`,
+//!   one every 52.5 ms, 19 a second.
+//! - **Holding back**: when the last answer said nothing is left (`r=0` in
+//!   `RateLimit`, or a vendor's `remaining` of 0), the next request waits
+//!   one interval after that answer for every request still in flight, as
+//!   those take the server's next units first.
+//! - **Pauses**: a 429 or 503, or a spent budget, pauses the key for the
+//!   longer of `Retry-After` and the spent limit's reset. The fields count
+//!   whole seconds, so a wait of 1 s or less from a server whose rate is
+//!   known is replaced: by one interval for a refusal (doubling with each
+//!   refusal in a row, up to the second), by the holding back above for an
+//!   admitted request. Longer waits are taken as told.
+//! - **Bursts only when asked**: [`Outbound::bursts`]`(true)` lets requests
+//!   go within the policy's own burst and, while the server's last answer
+//!   reports units left, without waiting for the interval.
+//!
+//! The rate is learned from `RateLimit-Policy` only: the vendor fields
+//! (GitHub's, OpenAI's, Anthropic's) give what is left and when it resets,
+//! which feed the holding back and the pauses, but no window to pace by.
+//!
+//! `cargo run -p tollgate-http --example many_tasks -- URL TASKS REQUESTS RATE`
+//! runs many tasks through one `Outbound`; the README shows it against
+//! `tollgate serve`.
 
 mod pace;
 mod retry;
