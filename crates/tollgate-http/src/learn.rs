@@ -64,6 +64,9 @@ pub struct Learned {
     /// The latest reset among the announced limits with nothing remaining:
     /// until then the budget is spent.
     pub spent_for: Option<Duration>,
+    /// The time between two requests at the slowest rate `RateLimit-Policy`
+    /// announces (`w` / `q`; a member without `w` is not a rate).
+    pub interval: Option<Duration>,
 }
 
 impl Learned {
@@ -84,6 +87,18 @@ pub struct AnnouncedPolicy {
     pub quota: u64,
     /// `w`: the window, clamped to `max`.
     pub window: Option<Duration>,
+}
+
+impl AnnouncedPolicy {
+    /// The time between two units at this policy's rate: `w / q`, `None`
+    /// without a window or with a quota of 0.
+    pub fn interval(&self) -> Option<Duration> {
+        let quota = u32::try_from(self.quota).unwrap_or(u32::MAX);
+        if quota == 0 {
+            return None;
+        }
+        self.window.map(|w| w / quota)
+    }
 }
 
 /// Reads everything [`Learned`] holds from `headers`, with `now` the wall
@@ -114,6 +129,10 @@ pub fn learn(headers: &HeaderMap, now: SystemTime, max: Duration) -> Learned {
             .and_then(|v| kind.read(v.as_bytes(), now, max));
         note(remaining, reset);
     }
+    learned.interval = policies(headers, max)
+        .iter()
+        .filter_map(AnnouncedPolicy::interval)
+        .max();
     learned
 }
 
@@ -493,6 +512,8 @@ mod tests {
         assert_eq!(learned.remaining, Some(0));
         assert_eq!(learned.spent_for, secs(17));
         assert_eq!(learned.pause(), secs(17));
+        // The slower of 100 a minute and 10 a second.
+        assert_eq!(learned.interval, Some(Duration::from_millis(600)));
         let announced = policies(&h, MAX);
         assert_eq!(announced.len(), 2);
         assert_eq!(announced[0].name, "per-key");

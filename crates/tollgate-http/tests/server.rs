@@ -497,3 +497,71 @@ async fn a_plain_hyper_service() {
         StatusCode::TOO_MANY_REQUESTS
     );
 }
+
+/// `Retry-After` is never early, for every algorithm: a wait of 1.5 s is
+/// answered 2 (and so is the refusal's `t`), never 1, and a retry exactly
+/// that long after is admitted. (The sliding counter still weighs the whole
+/// previous window at 3 s: its wait is 4.5 s, answered 5.)
+#[tokio::test]
+async fn fractional_waits_are_rounded_up_for_every_algorithm() {
+    for algorithm in Algorithm::ALL {
+        let clock = FakeClock::new();
+        // One request every 3 s, no burst: refused at 1.5 s, 1.5 s early.
+        let quota = Quota::with_parts(1, 3_000_000_000, 1).unwrap();
+        let rule = Rule::new("slow", limit(algorithm, quota)).key(Key::constant("k"));
+        let layer = RateLimit::builder(MemoryBackend::with_clock(clock.clone()))
+            .rule(rule)
+            .build()
+            .unwrap();
+        let addr = serve(
+            Router::new()
+                .route("/", get(|| async { "ok" }))
+                .layer(layer),
+        )
+        .await;
+        let http = Http::to(addr);
+        assert_eq!(
+            http.get("/", &[]).await.status,
+            StatusCode::OK,
+            "{algorithm:?}"
+        );
+        clock.advance(Duration::from_millis(1500));
+        // The leaky queue queues the request due in 1.5 s instead of
+        // refusing it: the one after it is refused.
+        let queued = (algorithm == Algorithm::LeakyQueue).then(|| {
+            let http = Http::to(addr);
+            tokio::spawn(async move { http.get("/", &[]).await.status })
+        });
+        if queued.is_some() {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        let refused = http.get("/", &[]).await;
+        assert_eq!(
+            refused.status,
+            StatusCode::TOO_MANY_REQUESTS,
+            "{algorithm:?}"
+        );
+        let told = match algorithm {
+            Algorithm::SlidingCounter => 5u64,
+            _ => 2,
+        };
+        let expected = told.to_string();
+        assert_eq!(
+            refused.header("retry-after"),
+            Some(expected.as_str()),
+            "{algorithm:?}"
+        );
+        let reset = members(refused.header("ratelimit").unwrap())[0].param("t");
+        assert_eq!(reset.map(|t| t as u64), Some(told), "{algorithm:?}");
+        clock.advance(Duration::from_secs(told));
+        let retried = http.get("/", &[]).await;
+        assert_eq!(
+            retried.status,
+            StatusCode::OK,
+            "{algorithm:?}: early by Retry-After"
+        );
+        if let Some(queued) = queued {
+            assert_eq!(queued.await.unwrap(), StatusCode::OK);
+        }
+    }
+}

@@ -233,10 +233,12 @@ impl RunReport {
         }
     }
 
-    /// Requests answered per second of the run.
+    /// Requests answered (with any status) per second of the run: a
+    /// request that got no answer (an error) is not counted.
     pub fn rate(&self) -> f64 {
         if self.elapsed_s > 0.0 {
-            self.sent as f64 / self.elapsed_s
+            let answered = self.sent.saturating_sub(self.statuses.error_total());
+            answered as f64 / self.elapsed_s
         } else {
             0.0
         }
@@ -488,7 +490,13 @@ impl Report {
     }
 
     fn runs(&self) -> Vec<(&'static str, &RunReport)> {
-        let mut runs = vec![("limiter", &self.target)];
+        // Without a policy nothing says the target limits anything.
+        let label = if self.policy.is_some() {
+            "limiter"
+        } else {
+            "target"
+        };
+        let mut runs = vec![(label, &self.target)];
         if let Some(b) = &self.baseline {
             runs.push(("baseline", b));
         }
@@ -634,29 +642,37 @@ impl Report {
         tables.push(("Latency".to_string(), latency));
 
         if let Some(p) = &self.policy {
-            let mut t = Table::new([
+            // A policy of one second has one span to show, not the same twice.
+            let one_span = p.period_ns == S;
+            let mut head = vec![
                 "client".to_string(),
                 "behaviour".to_string(),
                 "sent".to_string(),
                 "2xx".to_string(),
                 format!("most in 1s (allowed {})", p.allowed_1s),
-                format!(
+            ];
+            if !one_span {
+                head.push(format!(
                     "most in {} (allowed {})",
                     span_words(p.period_ns),
                     p.allowed_period
-                ),
-                "over".to_string(),
-            ]);
+                ));
+            }
+            head.push("over".to_string());
+            let mut t = Table::new(head);
             for c in self.overshoot.iter().take(CLIENT_ROWS) {
-                t.row([
+                let mut row = vec![
                     c.key.clone(),
                     c.behaviour.to_string(),
                     c.sent.to_string(),
                     c.admitted.to_string(),
                     c.worst_1s.to_string(),
-                    c.worst_period.to_string(),
-                    c.overshoot.to_string(),
-                ]);
+                ];
+                if !one_span {
+                    row.push(c.worst_period.to_string());
+                }
+                row.push(c.overshoot.to_string());
+                t.row(row);
             }
             let title = format!(
                 "Overshoot per client ({} of {} over; the worst {} shown)",

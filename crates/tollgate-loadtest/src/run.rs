@@ -284,6 +284,11 @@ async fn connection(shared: Arc<Shared>, sink: Arc<Mutex<Vec<Record>>>) {
             let scheduled = job.kind == Kind::Scheduled;
             if shared.closed && scheduled {
                 if now >= shared.end_ns {
+                    // The run is over: this request is not offered after all.
+                    plan.schedule.give_back();
+                    shared
+                        .offered
+                        .store(plan.schedule.offered, Ordering::Relaxed);
                     break;
                 }
             } else if now > job.due_ns.saturating_add(shared.max_lateness_ns) {

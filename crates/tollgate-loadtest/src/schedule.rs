@@ -225,6 +225,13 @@ impl Schedule {
         }
     }
 
+    /// Takes back the scheduled request of a closed loop [`Schedule::pop`]
+    /// just counted, when the run ended before it could be sent.
+    pub fn give_back(&mut self) {
+        self.offered = self.offered.saturating_sub(1);
+        self.remaining = self.remaining.saturating_add(1);
+    }
+
     /// The end of the schedule, ns from the start.
     pub fn end_ns(&self) -> u64 {
         self.end_ns

@@ -144,6 +144,9 @@ async fn report_counts_equal_the_servers_metrics() {
     for row in &report.overshoot {
         assert!(row.worst_period <= 6 + 4, "{row:?}");
     }
+    // A 1 s policy has one span: its column is not printed twice.
+    let text = report.to_text();
+    assert_eq!(text.matches("most in 1s").count(), 1, "{text}");
     running.shutdown().await;
 }
 
@@ -274,7 +277,15 @@ async fn broken_servers_are_errors_not_crashes() {
             "{failure:?}: {t:?}"
         );
         assert_eq!(t.statuses.error_total(), t.sent);
-        assert!(report.to_text().contains("errors"));
+        assert_eq!(t.rate(), 0.0, "nothing was answered");
+        let text = report.to_text();
+        assert!(text.contains("errors"));
+        // No policy: nothing says the target is a limiter.
+        let header = text.lines().find(|l| l.starts_with("requests")).unwrap();
+        assert!(
+            header.contains("target") && !header.contains("limiter"),
+            "{header}"
+        );
     }
 }
 
@@ -290,6 +301,8 @@ async fn closed_loop_and_count_bound_stop_by_themselves() {
     assert!(report.target.sent > 0);
     assert_eq!(report.target.statuses.ok, report.target.sent);
     assert_eq!(report.target.dropped, 0);
+    // Every request offered was sent: none counted at the end and dropped.
+    assert_eq!(report.target.offered, report.target.sent);
     assert!(report.baseline.is_some());
 
     let mut c = config(format!("{url}/"));

@@ -359,7 +359,7 @@ impl<'a> Reader<'a, '_> {
             number += 1;
             self.outcome.lines += 1;
             let (parsed, text) = match line {
-                Line::TooLong => (Err(Malformed::TooLong), &b""[..]),
+                Line::TooLong(head) => (Err(Malformed::TooLong), head),
                 Line::Text(text) => (self.parse(text), text),
             };
             if let Err(why) = parsed {

@@ -59,9 +59,13 @@ pub fn open(
 pub enum Line<'a> {
     /// A line without its `\n` or `\r\n`.
     Text(&'a [u8]),
-    /// A line over [`MAX_LINE_BYTES`], skipped.
-    TooLong,
+    /// A line over [`MAX_LINE_BYTES`], skipped: its first
+    /// [`HEAD_BYTES`], to show which line it was.
+    TooLong(&'a [u8]),
 }
+
+/// How much of an over-long line is kept to show.
+pub const HEAD_BYTES: usize = 160;
 
 /// Splits a reader into lines, reading in blocks of a mebibyte.
 pub struct Lines<R> {
@@ -72,6 +76,8 @@ pub struct Lines<R> {
     /// End of the valid bytes in `buf`.
     end: usize,
     eof: bool,
+    /// The head of the over-long line being skipped.
+    head: Vec<u8>,
 }
 
 impl<R: Read> Lines<R> {
@@ -83,6 +89,7 @@ impl<R: Read> Lines<R> {
             start: 0,
             end: 0,
             eof: false,
+            head: Vec::new(),
         }
     }
 
@@ -93,8 +100,11 @@ impl<R: Read> Lines<R> {
             if let Some(i) = memchr::memchr(b'\n', &self.buf[self.start..self.end]) {
                 let (from, to) = (self.start, self.start + i);
                 self.start = to + 1;
-                if skipping || to - from > MAX_LINE_BYTES + 1 {
-                    return Ok(Some(Line::TooLong));
+                if skipping {
+                    return Ok(Some(Line::TooLong(&self.head)));
+                }
+                if to - from > MAX_LINE_BYTES + 1 {
+                    return Ok(Some(self.too_long(from)));
                 }
                 return Ok(Some(self.text(from, to)));
             }
@@ -104,8 +114,11 @@ impl<R: Read> Lines<R> {
                 }
                 let (from, to) = (self.start, self.end);
                 self.start = self.end;
-                if skipping || to - from > MAX_LINE_BYTES + 1 {
-                    return Ok(Some(Line::TooLong));
+                if skipping {
+                    return Ok(Some(Line::TooLong(&self.head)));
+                }
+                if to - from > MAX_LINE_BYTES + 1 {
+                    return Ok(Some(self.too_long(from)));
                 }
                 return Ok(Some(self.text(from, to)));
             }
@@ -113,6 +126,9 @@ impl<R: Read> Lines<R> {
                 // No newline within the bound: drop what is buffered and
                 // skip to the next newline.
                 skipping = true;
+                self.head.clear();
+                self.head
+                    .extend_from_slice(&self.buf[self.start..self.start + HEAD_BYTES]);
                 self.start = 0;
                 self.end = 0;
             } else if self.start > 0 {
@@ -133,9 +149,14 @@ impl<R: Read> Lines<R> {
             to -= 1;
         }
         if to - from > MAX_LINE_BYTES {
-            return Line::TooLong;
+            return self.too_long(from);
         }
         Line::Text(&self.buf[from..to])
+    }
+
+    /// The over-long line starting at `from` in the buffer.
+    fn too_long(&self, from: usize) -> Line<'_> {
+        Line::TooLong(&self.buf[from..from + HEAD_BYTES])
     }
 }
 
@@ -153,13 +174,14 @@ mod tests {
     use super::*;
     use std::io::Write;
 
-    fn all(input: &[u8]) -> Vec<Result<Vec<u8>, ()>> {
+    /// Each line, or the head of an over-long one as the error.
+    fn all(input: &[u8]) -> Vec<Result<Vec<u8>, Vec<u8>>> {
         let mut lines = Lines::new(input);
         let mut out = Vec::new();
         while let Some(line) = lines.next_line().unwrap() {
             out.push(match line {
                 Line::Text(t) => Ok(t.to_vec()),
-                Line::TooLong => Err(()),
+                Line::TooLong(head) => Err(head.to_vec()),
             });
         }
         out
@@ -192,10 +214,11 @@ mod tests {
         let got = all(&input);
         assert_eq!(got.len(), 5);
         assert_eq!(got[0], Ok(b"first".to_vec()));
-        assert_eq!(got[1], Err(()));
+        // The skipped lines show their beginning.
+        assert_eq!(got[1], Err(vec![b'x'; HEAD_BYTES]));
         assert_eq!(got[2], Ok(b"after".to_vec()));
         assert_eq!(got[3].as_ref().unwrap().len(), MAX_LINE_BYTES);
-        assert_eq!(got[4], Err(()));
+        assert_eq!(got[4], Err(vec![b'z'; HEAD_BYTES]));
     }
 
     #[test]

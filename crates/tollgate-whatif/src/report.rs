@@ -500,7 +500,8 @@ fn sweep(policies: &[PolicyReport], target: f64) -> Option<Sweep> {
         .iter()
         .filter_map(|p| Some((p, p.point?)))
         .collect();
-    if points.is_empty() {
+    // One policy is no sweep: nothing to choose between.
+    if points.len() < 2 {
         return None;
     }
     points.sort_by_key(|(_, s)| (s.burst, s.limit));

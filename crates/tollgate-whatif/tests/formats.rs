@@ -226,3 +226,18 @@ http:
     assert_eq!(o.refused, [1, 2]);
     assert!(Candidates::load(&dir.path().join("missing.yaml"), &Key::ip()).is_err());
 }
+
+#[test]
+fn an_over_long_line_is_shown_by_its_beginning() {
+    let mut log = b"GET ".to_vec();
+    log.extend(std::iter::repeat_n(
+        b'a',
+        tollgate_whatif::input::MAX_LINE_BYTES + 10,
+    ));
+    log.push(b'\n');
+    let o = run(&log, &one(60, 1, Key::ip()), &options("combined", &[]));
+    assert_eq!(o.malformed.count, 1);
+    let sample = &o.malformed.samples[0];
+    assert!(sample.reason.contains("longer than"), "{}", sample.reason);
+    assert!(sample.text.starts_with("GET aaaa"), "{:?}", sample.text);
+}

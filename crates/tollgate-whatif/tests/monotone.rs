@@ -73,3 +73,20 @@ fn the_sample_logs_sweep_curves_fall() {
         );
     }
 }
+
+#[test]
+fn one_limit_is_no_sweep_and_gets_no_verdict() {
+    use tollgate_http::Key;
+    use tollgate_whatif::report::Report;
+    let mut log = Vec::new();
+    tollgate_whatif::sample::generate(2, 2_000, &mut log).unwrap();
+    let c = common::one(60, 10, Key::ip());
+    let outcome = common::run(&log, &c, &common::options("combined-xff", &["10.0.0.0/8"]));
+    let report = Report::new(&c, &outcome, 0.001);
+    assert!(report.sweep.is_none());
+    let text = report.to_text();
+    assert!(
+        !text.contains("Smallest policy") && !text.contains("No policy of the sweep"),
+        "{text}"
+    );
+}

@@ -28,17 +28,54 @@
 //!
 //! Per request, in order:
 //!
-//! 1. wait until the key's budget admits the cost and no pause holds it,
-//!    or fail at once with [`ShapeError`] if it can never fit or the wait
-//!    would pass the deadline;
-//! 2. send, and learn from the answer's headers (a spent budget pauses the
-//!    key; a reported cost, see [`Outbound::reconcile`], is settled);
+//! 1. wait until the key's budget admits the cost, no pause holds it and
+//!    its pace gives it a slot, or fail at once with [`ShapeError`] if it
+//!    can never fit or the wait would pass the deadline;
+//! 2. send, and learn from the answer's headers (the server's rate, what it
+//!    has left, a spent budget; a reported cost, see
+//!    [`Outbound::reconcile`], is settled);
 //! 3. on 429 or 503 (or a connection error, if [`Retry::connection_errors`]),
-//!    retry after `Retry-After` or an exponential backoff with full jitter,
-//!    while attempts, total time and the retry budget allow, and only if
-//!    the method is idempotent or the request has an `Idempotency-Key`
-//!    ([`Outbound::idempotency_keys`] adds one to requests without).
+//!    retry after the pause the answer calls for or an exponential backoff
+//!    with full jitter, while attempts, total time and the retry budget
+//!    allow, and only if the method is idempotent or the request has an
+//!    `Idempotency-Key` ([`Outbound::idempotency_keys`] adds one to requests
+//!    without).
+//!
+//! What the defaults do, for many tasks sharing one `Outbound`:
+//!
+//! - **Evenly spread**: a key's requests leave one interval apart, never
+//!   together, even when the policy has a burst (`Quota::per_minute(50)`
+//!   allows 50 at once; the client still sends one every 1.2 s). Requests
+//!   waiting together are released one by one, each slot decided when it
+//!   comes (nothing is booked ahead on what was known earlier).
+//! - **The server's rate**: the interval is the slower of the policy's and
+//!   the one the server announces in `RateLimit-Policy` (`q` per `w`
+//!   seconds), plus a 5% headroom ([`Outbound::headroom`]) so network
+//!   jitter does not bunch requests past its limit: against `q=20;w=1`,
+//!   one every 52.5 ms, 19 a second.
+//! - **Holding back**: when the last answer said nothing is left (`r=0` in
+//!   `RateLimit`, or a vendor's `remaining` of 0), the next request waits
+//!   one interval after that answer for every request still in flight, as
+//!   those take the server's next units first.
+//! - **Pauses**: a 429 or 503, or a spent budget, pauses the key for the
+//!   longer of `Retry-After` and the spent limit's reset. The fields count
+//!   whole seconds, so a wait of 1 s or less from a server whose rate is
+//!   known is replaced: by one interval for a refusal (doubling with each
+//!   refusal in a row, up to the second), by the holding back above for an
+//!   admitted request. Longer waits are taken as told.
+//! - **Bursts only when asked**: [`Outbound::bursts`]`(true)` lets requests
+//!   go within the policy's own burst and, while the server's last answer
+//!   reports units left, without waiting for the interval.
+//!
+//! The rate is learned from `RateLimit-Policy` only: the vendor fields
+//! (GitHub's, OpenAI's, Anthropic's) give what is left and when it resets,
+//! which feed the holding back and the pauses, but no window to pace by.
+//!
+//! `cargo run -p tollgate-http --example many_tasks -- URL TASKS REQUESTS RATE`
+//! runs many tasks through one `Outbound`; the README shows it against
+//! `tollgate serve`.
 
+mod pace;
 mod retry;
 mod shape;
 mod tower;
@@ -59,7 +96,7 @@ use crate::learn::{learn, DEFAULT_MAX_PAUSE};
 pub use self::reqwest::OutboundMiddleware;
 pub use self::tower::{OutboundLayer, OutboundService};
 pub use retry::{may_retry, retryable_status, Budget, Retry, RetryBudget, IDEMPOTENCY_KEY};
-pub use shape::{ShapeError, Shaper};
+pub use shape::{Sent, ShapeError, Shaper};
 
 /// What the key and cost functions see of an outgoing request.
 #[derive(Clone, Copy, Debug)]
@@ -160,6 +197,20 @@ impl<C: AsyncClock + Clone> Outbound<C> {
         Ok(self)
     }
 
+    /// Whether requests may go in bursts (see [`Shaper::bursts`]); by
+    /// default they leave one interval apart.
+    pub fn bursts(mut self, bursts: bool) -> Self {
+        self.shaper = self.shaper.bursts(bursts);
+        self
+    }
+
+    /// The pace kept below a server's announced rate, percent (see
+    /// [`Shaper::headroom`]; default 5).
+    pub fn headroom(mut self, percent: u64) -> Self {
+        self.shaper = self.shaper.headroom(percent);
+        self
+    }
+
     /// The longest a request waits for its budget, retries included.
     pub fn deadline(mut self, deadline: Duration) -> Self {
         self.deadline = deadline;
@@ -241,7 +292,8 @@ impl<C: AsyncClock + Clone> Outbound<C> {
         let stop_retrying = start.saturating_add(shape::nanos(self.retry.max_total));
         self.budget.deposit();
         let within = |now: u64| Duration::from_nanos(give_up.saturating_sub(now));
-        self.shaper
+        let mut sent = self
+            .shaper
             .admit(&key, cost, within(clock.now()))
             .await
             .map_err(ClientError::Shaped)?;
@@ -251,13 +303,17 @@ impl<C: AsyncClock + Clone> Outbound<C> {
             let (again, told) = match &result {
                 Ok(answer) => {
                     let learned = learn(answer.headers(), SystemTime::now(), self.max_pause);
-                    self.shaper.learn(&key, &learned);
+                    let refused = retryable_status(answer.status());
+                    let pause = sent.answered(refused, Some(&learned));
                     if let Some(actual) = self.reported.as_ref().and_then(|f| f(answer.headers())) {
                         self.shaper.settle(&key, cost, actual);
                     }
-                    (retryable_status(answer.status()), learned.retry_after)
+                    (refused, pause)
                 }
-                Err(e) => (self.retry.connection_errors && connection_error(e), None),
+                Err(e) => {
+                    sent.answered(false, None);
+                    (self.retry.connection_errors && connection_error(e), None)
+                }
             };
             if !again || !retriable || attempt >= self.retry.max_attempts {
                 return result.map_err(ClientError::Upstream);
@@ -273,14 +329,10 @@ impl<C: AsyncClock + Clone> Outbound<C> {
             clock.sleep(delay).await;
             // A retry the shaper cannot fit before the deadline is not
             // made: the caller gets the answer it already has.
-            if self
-                .shaper
-                .admit(&key, cost, within(clock.now()))
-                .await
-                .is_err()
-            {
-                return result.map_err(ClientError::Upstream);
-            }
+            sent = match self.shaper.admit(&key, cost, within(clock.now())).await {
+                Ok(sent) => sent,
+                Err(_) => return result.map_err(ClientError::Upstream),
+            };
             attempt += 1;
         }
     }

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use tollgate::{AsyncClock, Limiter, MonotonicClock, Policy, WaitError};
 
+use super::pace::Paces;
 use crate::learn::Learned;
 
 /// Why a request was not sent: it fails at once instead of waiting.
@@ -40,6 +41,7 @@ pub struct Shaper<C: AsyncClock = MonotonicClock> {
     limiter: Limiter<String, C>,
     /// Per key: the time (ns on the clock) before which nothing is sent.
     pauses: Mutex<HashMap<String, u64>>,
+    paces: Paces,
 }
 
 impl Shaper<MonotonicClock> {
@@ -52,10 +54,31 @@ impl Shaper<MonotonicClock> {
 impl<C: AsyncClock> Shaper<C> {
     /// A shaper on `clock` (a [`FakeClock`](tollgate::FakeClock) in tests).
     pub fn with_clock(policy: impl Into<Policy>, clock: C) -> Self {
+        let policy = policy.into();
         Shaper {
+            paces: Paces::new(&policy),
             limiter: Limiter::builder(policy).clock(clock).build(),
             pauses: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Whether requests may leave faster than one interval apart: within
+    /// the policy's own burst, and while the server's last answer reports
+    /// units left (its burst). Default `false`: every key's requests leave
+    /// one interval apart, the interval being the slower of the policy's
+    /// and the server's announced rate.
+    pub fn bursts(mut self, bursts: bool) -> Self {
+        self.paces.set_bursts(bursts);
+        self
+    }
+
+    /// How much slower than the rate a server announces in
+    /// `RateLimit-Policy` a key is paced, in percent of the interval
+    /// (default 5: 20 a second is paced at one every 52.5 ms), so network
+    /// jitter does not bunch requests past the server's limit.
+    pub fn headroom(mut self, percent: u64) -> Self {
+        self.paces.set_headroom(percent);
+        self
     }
 
     /// The shaper's clock.
@@ -63,10 +86,16 @@ impl<C: AsyncClock> Shaper<C> {
         self.limiter.clock()
     }
 
-    /// Waits until `key` admits `cost` and no pause holds it, then charges
-    /// it. Fails at once, charging nothing, if the cost can never fit or the
-    /// wait would end more than `within` from now.
-    pub async fn admit(&self, key: &str, cost: u64, within: Duration) -> Result<(), ShapeError> {
+    /// Waits until `key` admits `cost`, no pause holds it and its pace
+    /// gives it a slot, then charges it: the returned [`Sent`] counts it in
+    /// flight until it is answered. Fails at once, charging nothing, if the
+    /// cost can never fit or the wait would end more than `within` from now.
+    pub async fn admit(
+        &self,
+        key: &str,
+        cost: u64,
+        within: Duration,
+    ) -> Result<Sent<'_, C>, ShapeError> {
         let clock = self.clock();
         let give_up = clock.now().saturating_add(nanos(within));
         loop {
@@ -91,15 +120,8 @@ impl<C: AsyncClock> Shaper<C> {
                 }
                 Err(WaitError::Full(_)) => return Err(ShapeError::Full),
             };
-            let now = clock.now();
-            // A pause learned while this request waited wins: the slot is
-            // given back and the request waits for the pause.
-            if self.paused_until(key, now).is_some() {
-                self.limiter.refund(key, cost);
-                continue;
-            }
             if decision.delay > 0 {
-                if now.saturating_add(decision.delay) > give_up {
+                if clock.now().saturating_add(decision.delay) > give_up {
                     self.limiter.refund(key, cost);
                     return Err(ShapeError::TooLate {
                         wait: Duration::from_nanos(decision.delay),
@@ -107,15 +129,34 @@ impl<C: AsyncClock> Shaper<C> {
                 }
                 clock.sleep(Duration::from_nanos(decision.delay)).await;
             }
-            return Ok(());
-        }
-    }
-
-    /// Applies what a response said: if the server announced that the
-    /// budget is spent, `key` pauses until the reset (already clamped).
-    pub fn learn(&self, key: &str, learned: &Learned) {
-        if let Some(pause) = learned.pause() {
-            self.pause(key, pause);
+            // The pace is asked again after every wait: an answer that came
+            // meanwhile may have slowed it or spent the server's budget, so
+            // no slot is booked ahead on what was known before.
+            loop {
+                let now = clock.now();
+                // A pause learned while this request waited wins: the
+                // charge is given back and the request waits for the pause.
+                if self.paused_until(key, now).is_some() {
+                    self.limiter.refund(key, cost);
+                    break;
+                }
+                match self.paces.take(key, now) {
+                    Ok(()) => {
+                        return Ok(Sent {
+                            shaper: self,
+                            key: key.to_string(),
+                            open: true,
+                        })
+                    }
+                    Err(slot) if slot > give_up => {
+                        self.limiter.refund(key, cost);
+                        return Err(ShapeError::TooLate {
+                            wait: Duration::from_nanos(slot - now),
+                        });
+                    }
+                    Err(slot) => clock.sleep(Duration::from_nanos(slot - now)).await,
+                }
+            }
         }
     }
 
@@ -151,6 +192,51 @@ impl<C: AsyncClock> Shaper<C> {
     }
 }
 
+/// A request [`Shaper::admit`] let go: in flight until it is answered
+/// ([`Sent::answered`]) or dropped (failed, or given up).
+pub struct Sent<'a, C: AsyncClock = MonotonicClock> {
+    shaper: &'a Shaper<C>,
+    key: String,
+    open: bool,
+}
+
+impl<C: AsyncClock> Sent<'_, C> {
+    /// Applies what the answer said (`None` for no answer: a transport
+    /// error), once: the key learns the server's rate and what it has
+    /// left, and pauses as long as the answer calls for; `refused` is a
+    /// 429 or 503. Returns that pause: the longer of `Retry-After` and the
+    /// reset of a spent limit, except that a wait of at most one second
+    /// (the fields' resolution) from a server that announced its rate is
+    /// one interval of that rate for a refusal (doubling with each refusal
+    /// in a row), and none for an admission (the spent budget then holds
+    /// the next requests back by the tokens in flight).
+    pub fn answered(&mut self, refused: bool, learned: Option<&Learned>) -> Option<Duration> {
+        if !std::mem::take(&mut self.open) {
+            return None;
+        }
+        let shaper = self.shaper;
+        let pause = shaper
+            .paces
+            .done(&self.key, shaper.clock().now(), refused, learned);
+        if let Some(pause) = pause {
+            shaper.pause(&self.key, pause);
+        }
+        pause
+    }
+}
+
+impl<C: AsyncClock> std::fmt::Debug for Sent<'_, C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sent").field("key", &self.key).finish()
+    }
+}
+
+impl<C: AsyncClock> Drop for Sent<'_, C> {
+    fn drop(&mut self) {
+        self.answered(false, None);
+    }
+}
+
 /// `duration` in nanoseconds, saturating.
 pub(crate) fn nanos(duration: Duration) -> u64 {
     u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
@@ -162,12 +248,10 @@ pub(super) mod tests {
     use std::sync::Arc;
     use tollgate::{Algorithm, Clock, FakeClock, Limit, Quota};
 
+    /// 10 a second, bursts of 2 allowed.
     fn shaper(clock: &FakeClock) -> Arc<Shaper<FakeClock>> {
         let quota = Quota::per_second(10).unwrap().with_burst(2).unwrap();
-        Arc::new(Shaper::with_clock(
-            Limit::new(Algorithm::Gcra, quota),
-            clock.clone(),
-        ))
+        Arc::new(Shaper::with_clock(Limit::new(Algorithm::Gcra, quota), clock.clone()).bursts(true))
     }
 
     /// Runs `task` to its end, moving the clock 10 ms at a time whenever
@@ -191,7 +275,7 @@ pub(super) mod tests {
         }
         let waiting = tokio::spawn({
             let s = s.clone();
-            async move { s.admit("api", 1, Duration::from_secs(1)).await }
+            async move { s.admit("api", 1, Duration::from_secs(1)).await.map(drop) }
         });
         drive(&clock, waiting).await.unwrap();
         // One emission interval of 10/s: the third request went at 100 ms.
@@ -203,12 +287,12 @@ pub(super) mod tests {
         let clock = FakeClock::new();
         let s = shaper(&clock);
         assert_eq!(
-            s.admit("api", 3, Duration::from_secs(9)).await,
+            s.admit("api", 3, Duration::from_secs(9)).await.map(drop),
             Err(ShapeError::NeverFits { cost: 3 })
         );
         s.admit("api", 2, Duration::ZERO).await.unwrap();
         assert_eq!(
-            s.admit("api", 1, Duration::from_millis(99)).await,
+            s.admit("api", 1, Duration::from_millis(99)).await.map(drop),
             Err(ShapeError::TooLate {
                 wait: Duration::from_millis(100)
             })
@@ -225,7 +309,11 @@ pub(super) mod tests {
             spent_for: Some(Duration::from_secs(30)),
             ..Learned::default()
         };
-        s.learn("api", &learned);
+        let mut sent = s.admit("api", 1, Duration::ZERO).await.unwrap();
+        assert_eq!(
+            sent.answered(false, Some(&learned)),
+            Some(Duration::from_secs(30))
+        );
         assert!(matches!(
             s.admit("api", 1, Duration::from_secs(29)).await,
             Err(ShapeError::TooLate { .. })
@@ -233,7 +321,7 @@ pub(super) mod tests {
         s.admit("other", 1, Duration::ZERO).await.unwrap();
         let waiting = tokio::spawn({
             let s = s.clone();
-            async move { s.admit("api", 1, Duration::from_secs(60)).await }
+            async move { s.admit("api", 1, Duration::from_secs(60)).await.map(drop) }
         });
         drive(&clock, waiting).await.unwrap();
         assert_eq!(clock.now(), 30_000_000_000);
@@ -251,7 +339,7 @@ pub(super) mod tests {
         for _ in 0..4 {
             let task = tokio::spawn({
                 let s = s.clone();
-                async move { s.admit("api", 1, Duration::from_secs(1)).await }
+                async move { s.admit("api", 1, Duration::from_secs(1)).await.map(drop) }
             });
             drive(&clock, task).await.unwrap();
             sent_at.push(clock.now() / 1_000_000);
@@ -271,7 +359,7 @@ pub(super) mod tests {
         // Two units of debt: 2 emission intervals before it fits again,
         // plus the interval of the request itself.
         assert_eq!(
-            s.admit("api", 1, Duration::ZERO).await,
+            s.admit("api", 1, Duration::ZERO).await.map(drop),
             Err(ShapeError::TooLate {
                 wait: Duration::from_millis(300)
             })

@@ -299,3 +299,161 @@ async fn a_retry_that_cannot_fit_returns_the_answer_it_has() {
     assert_eq!(status, Ok(StatusCode::TOO_MANY_REQUESTS));
     assert_eq!(attempts.load(Ordering::SeqCst), 1);
 }
+
+fn respond(status: u16, fields: &[(&'static str, &'static str)]) -> Response<()> {
+    let mut r = answer(status, None);
+    for (name, value) in fields {
+        r.headers_mut().insert(*name, value.parse().unwrap());
+    }
+    r
+}
+
+/// Sends one GET through `o`, answered `answer`, and returns the fake time
+/// it was sent at.
+async fn send_at(clock: &FakeClock, o: &Arc<Outbound<FakeClock>>, answer: Response<()>) -> u64 {
+    let task = tokio::spawn({
+        let (o, clock) = (o.clone(), clock.clone());
+        async move {
+            let headers = HeaderMap::new();
+            let out = Outgoing {
+                method: &Method::GET,
+                host: "api.example",
+                path: "/",
+                headers: &headers,
+                replayable: true,
+            };
+            let sent = std::sync::Mutex::new(0);
+            let send = || {
+                *sent.lock().unwrap() = clock.now();
+                let answer = answer.clone();
+                async move { Ok::<_, ()>(answer) }
+            };
+            let _ = o.send(&out, send, |_| false).await;
+            let at = *sent.lock().unwrap();
+            at
+        }
+    });
+    drive(clock, task).await
+}
+
+#[tokio::test]
+async fn a_retry_after_longer_than_the_reset_is_honoured() {
+    let clock = FakeClock::new();
+    let limit = Limit::new(Algorithm::Gcra, Quota::per_second(1000).unwrap());
+    let o = Outbound::with_clock(limit, clock.clone()).unwrap();
+    let o = Arc::new(o.deadline(Duration::from_secs(300)));
+    let refused = respond(
+        429,
+        &[("retry-after", "120"), ("ratelimit", r#""p";r=0;t=17"#)],
+    );
+    assert_eq!(send_at(&clock, &o, refused).await, 0);
+    // Past the retry cap (30 s): the 429 came back, and the host pauses
+    // the longer of the two, 120 s, not the limit's 17.
+    let next = send_at(&clock, &o, answer(200, None)).await;
+    assert!((120 * SEC..121 * SEC).contains(&next), "{next}");
+}
+
+/// 20 a second announced by the server: paced at 52.5 ms with the default
+/// 5% headroom.
+const POLICY: (&str, &str) = ("ratelimit-policy", r#""p";q=20;w=1"#);
+const PACED: u64 = 52_500_000;
+
+#[tokio::test]
+async fn waiting_tasks_leave_one_interval_apart() {
+    let clock = FakeClock::new();
+    let o = outbound(&clock);
+    // The first answer teaches the server's rate; then eight tasks at once.
+    send_at(
+        &clock,
+        &o,
+        respond(200, &[POLICY, ("ratelimit", r#""p";r=4;t=1"#)]),
+    )
+    .await;
+    let tasks: Vec<_> = (0..8)
+        .map(|_| {
+            let (o, clock) = (o.clone(), clock.clone());
+            let ok = respond(200, &[POLICY, ("ratelimit", r#""p";r=4;t=1"#)]);
+            tokio::spawn(async move { send_at(&clock, &o, ok).await })
+        })
+        .collect();
+    let all = tokio::spawn(async move {
+        let mut at = Vec::new();
+        for task in tasks {
+            at.push(task.await.unwrap());
+        }
+        at
+    });
+    let mut at = drive(&clock, all).await;
+    at.sort_unstable();
+    // The fake clock moves 10 ms at a time: a slot taken late is made up
+    // on the next, so gaps are 50 or 60 ms and 7 of them span 367.5 ms.
+    let tick = 10_000_000;
+    for pair in at.windows(2) {
+        assert!(pair[1] - pair[0] >= PACED - tick, "{at:?}");
+    }
+    let span = at[7] - at[0];
+    assert!(span.abs_diff(7 * PACED) <= tick, "{at:?}");
+}
+
+#[tokio::test]
+async fn a_one_second_refusal_from_a_known_rate_waits_one_interval() {
+    let clock = FakeClock::new();
+    let o = outbound(&clock);
+    let refused = respond(
+        429,
+        &[
+            POLICY,
+            ("retry-after", "1"),
+            ("ratelimit", r#""p";r=0;t=1"#),
+        ],
+    );
+    let ok = respond(200, &[POLICY, ("ratelimit", r#""p";r=0;t=1"#)]);
+    let attempts = Arc::new(AtomicU32::new(0));
+    let task = tokio::spawn({
+        let (o, attempts) = (o.clone(), attempts.clone());
+        async move {
+            let headers = HeaderMap::new();
+            let out = Outgoing {
+                method: &Method::GET,
+                host: "api.example",
+                path: "/",
+                headers: &headers,
+                replayable: true,
+            };
+            let send = || {
+                let n = attempts.fetch_add(1, Ordering::SeqCst);
+                let answer = if n == 0 { refused.clone() } else { ok.clone() };
+                async move { Ok::<_, ()>(answer) }
+            };
+            o.send(&out, send, |_| false).await.map(|r| r.status())
+        }
+    });
+    let status = drive(&clock, task).await.map_err(|e| format!("{e:?}"));
+    assert_eq!(status, Ok(StatusCode::OK));
+    assert_eq!(attempts.load(Ordering::SeqCst), 2);
+    // One paced interval, not the second the fields round up to.
+    assert!(clock.now() < 100_000_000, "{}", clock.now());
+    // A spent budget on an admitted answer holds the next request back by
+    // one interval, no more.
+    let next = send_at(&clock, &o, respond(200, &[POLICY])).await;
+    let after = next - clock.now().min(next);
+    assert!(next >= PACED && after < SEC, "{next}");
+}
+
+#[tokio::test]
+async fn bursts_only_when_asked_and_while_the_server_has_units_left() {
+    let clock = FakeClock::new();
+    let limit = Limit::new(Algorithm::Gcra, Quota::per_second(1000).unwrap());
+    let o = Arc::new(
+        Outbound::with_clock(limit, clock.clone())
+            .unwrap()
+            .bursts(true),
+    );
+    let has = |r: &'static str| respond(200, &[POLICY, ("ratelimit", r)]);
+    send_at(&clock, &o, has(r#""p";r=2;t=1"#)).await;
+    // Two units left: both go at once.
+    assert_eq!(send_at(&clock, &o, has(r#""p";r=1;t=1"#)).await, 0);
+    assert_eq!(send_at(&clock, &o, has(r#""p";r=0;t=1"#)).await, 0);
+    // None left: the next waits for the server's next unit.
+    assert!(send_at(&clock, &o, has(r#""p";r=0;t=1"#)).await >= PACED);
+}
