@@ -504,6 +504,8 @@ fn targets<'c>(config: &'c Config, request: &CheckRequest) -> Vec<Target<'c>> {
                 key: store_key(domain, &d.entries),
             },
             (_, None) => Target::Nothing,
+            // Unlimited before replaced, as upstream marks it first.
+            (_, Some(m)) if m.entry.action == Action::Unlimited => Target::Unlimited,
             (_, Some(m))
                 if m.entry
                     .name
@@ -512,7 +514,6 @@ fn targets<'c>(config: &'c Config, request: &CheckRequest) -> Vec<Target<'c>> {
             {
                 Target::Nothing
             }
-            (_, Some(m)) if m.entry.action == Action::Unlimited => Target::Unlimited,
             (_, Some(m)) => Target::Limited {
                 entry: Cow::Borrowed(m.entry.as_ref()),
                 key: store_key(domain, &m.counter_entries),
