@@ -28,7 +28,7 @@ use tollgate::{Algorithm, Backend, BackendError, Decision, Limit, Policy, Quota}
 use tollgate_http::{OnStoreError as HttpOnStoreError, Rule};
 
 use crate::answers::{Answers, Counting};
-use crate::config::{Action, Config, LimitEntry, StoreErrorMode, UpstreamLimit};
+use crate::config::{Action, Config, LimitEntry, Match, StoreErrorMode, UpstreamLimit};
 use crate::metrics;
 use crate::store::{Fallback, RuleFallback};
 
@@ -613,40 +613,47 @@ fn too_long(descriptors: &[DescriptorRequest]) -> Result<(), CheckError> {
 /// domain, else the file's (unless another matched limit replaces it).
 fn targets<'c>(config: &'c Config, request: &CheckRequest) -> Vec<Target<'c>> {
     let domain = &request.domain;
-    let mut targets: Vec<Target<'c>> = request
+    let known = config.has_domain(domain);
+    let matches: Vec<Option<Match<'c>>> = request
         .descriptors
         .iter()
-        .map(|d| match (d.limit, config.has_domain(domain)) {
-            (Some(limit), true) => Target::Limited {
-                entry: Cow::Owned(override_entry(domain, &d.entries, limit)),
-                key: store_key(domain, &d.entries),
-            },
-            _ => match config.lookup(domain, &d.entries) {
-                None => Target::Nothing,
-                Some(m) if m.entry.action == Action::Unlimited => Target::Unlimited,
-                Some(m) => Target::Limited {
-                    entry: Cow::Borrowed(m.entry.as_ref()),
-                    key: store_key(domain, &m.counter_entries),
-                },
-            },
+        .map(|d| match d.limit {
+            Some(_) if known => None,
+            _ => config.lookup(domain, &d.entries),
         })
         .collect();
     // As upstream: unlimited limits replace too.
-    let replaced: HashSet<String> = request
+    let replaced: HashSet<&str> = matches
+        .iter()
+        .flatten()
+        .flat_map(|m| m.entry.replaces.iter().map(String::as_str))
+        .collect();
+    request
         .descriptors
         .iter()
-        .filter(|d| d.limit.is_none())
-        .filter_map(|d| config.lookup(domain, &d.entries))
-        .flat_map(|m| m.entry.replaces.iter().cloned())
-        .collect();
-    for target in &mut targets {
-        if let Target::Limited { entry, .. } = target {
-            if entry.name.as_ref().is_some_and(|n| replaced.contains(n)) {
-                *target = Target::Nothing;
+        .zip(matches)
+        .map(|(d, m)| match (d.limit, m) {
+            (Some(limit), _) if known => Target::Limited {
+                entry: Cow::Owned(override_entry(domain, &d.entries, limit)),
+                key: store_key(domain, &d.entries),
+            },
+            (_, None) => Target::Nothing,
+            // Unlimited before replaced, as upstream marks it first.
+            (_, Some(m)) if m.entry.action == Action::Unlimited => Target::Unlimited,
+            (_, Some(m))
+                if m.entry
+                    .name
+                    .as_deref()
+                    .is_some_and(|n| replaced.contains(n)) =>
+            {
+                Target::Nothing
             }
-        }
-    }
-    targets
+            (_, Some(m)) => Target::Limited {
+                entry: Cow::Borrowed(m.entry.as_ref()),
+                key: store_key(domain, &m.counter_entries),
+            },
+        })
+        .collect()
 }
 
 /// The limit a request sent, as a file's would be: no name, a path built

@@ -40,6 +40,13 @@ descriptors:
     rate_limit: { unit: hour, requests_per_unit: 0 }
   - key: unl
     rate_limit: { unlimited: true }
+  - key: unl_named
+    rate_limit: { unlimited: true, name: unl_limit }
+  - key: unl_replacer
+    rate_limit:
+      unit: hour
+      requests_per_unit: 10
+      replaces: [{ name: unl_limit }]
   - key: wild
     value: foo*
     rate_limit: { unit: hour, requests_per_unit: 2 }
@@ -319,6 +326,20 @@ async fn run(store: &str) {
     let s = hit(&mut c, "unl", "a").await;
     assert!(ok(&s) && s.current_limit.is_none());
     assert_eq!(s.limit_remaining, u32::MAX);
+
+    // 9b. ... and stays so when another matched limit replaces it: it is
+    // marked unlimited before the replacing. envoyproxy/ratelimit
+    // src/service/ratelimit.go (constructLimitsToCheck: isUnlimited set
+    // before the replaced limits are dropped).
+    let res = ask(
+        &mut c,
+        vec![
+            descriptor(&[("unl_named", "a")]),
+            descriptor(&[("unl_replacer", "a")]),
+        ],
+    )
+    .await;
+    assert_eq!(res.statuses[0].limit_remaining, u32::MAX);
 
     // 10. No limit matched: OK, 0 remaining, no limit and no reset.
     // envoyproxy/ratelimit src/limiter/base_limiter.go (key "": OK, nil
