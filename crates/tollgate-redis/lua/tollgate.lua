@@ -1,15 +1,18 @@
 #!lua name=tollgate
 --[[
 tollgate: the seven rate-limiting algorithms as one Redis Function,
-`tollgate_v2`, with every operation on a key: a decision, a refund, a
+`tollgate_v3`, with every operation on a key: a decision, a refund, a
 forced charge and a lease. The same file runs through EVALSHA on servers
 without Functions (the Rust side wraps it, see src/script.rs). The name
 carries the version of the arguments, so a server holding an older library
 reports the function missing and the client loads this one.
 
-FCALL tollgate_v2 <nkeys> <keys...> <now_us> <ttl_floor_ms> <op> <amount> <n>
+FCALL tollgate_v3 <nkeys> <keys...> <now_us> <ttl_floor_ms> <op> <amount> <n>
       then per limit: <algorithm> <cap> <x> <y> <max>
-FCALL_RO tollgate_v2_peek ... the same arguments, for a check of cost 0
+      then, optionally: <deadline_us>
+FCALL_RO tollgate_v3_peek ... the same arguments, for a check of cost 0
+(`tollgate_v2` and `tollgate_v2_peek`, the names before the deadline, are
+the same functions, so clients of the previous version keep working.)
 
   now_us        the request time in microseconds, or "" for the server's TIME
   ttl_floor_ms  the least TTL given to a charged key (0 with the server clock;
@@ -24,6 +27,12 @@ FCALL_RO tollgate_v2_peek ... the same arguments, for a check of cost 0
                 leaky_queue                        cap = burst, x/y = p, q
   max           the largest value the key's stored quantity (count, debt,
                 running total) may reach; a forced charge beyond it is refused
+  deadline_us   the caller's deadline on the server's clock (TIME, in
+                microseconds), or "" for none: a call run later (it waited
+                in a paused or busy server while the caller gave up) changes
+                nothing and fails with TOLLGATE_LATE, so a request refused
+                for the store's slowness is never charged afterwards. Only
+                with the server's clock (now_us "").
   keys          one per limit, three for sliding_log (times, running totals,
                 clock)
 
@@ -490,11 +499,16 @@ end
 -- changed) or none is.
 local function run(keys, args)
   local now = tonumber(args[1])
+  local floor, op, amount, n = tonumber(args[2]), args[3], tonumber(args[4]), tonumber(args[5])
   if not now then
     local t = redis.call('TIME')
     now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    local deadline = tonumber(args[6 + 5 * n])
+    if deadline and now > deadline then
+      return redis.error_reply('TOLLGATE_LATE the call ran ' .. int(now - deadline)
+        .. 'us past its deadline, when its caller had given up; nothing was charged')
+    end
   end
-  local floor, op, amount, n = tonumber(args[2]), args[3], tonumber(args[4]), tonumber(args[5])
   local limits, k = {}, 1
   for l = 0, n - 1 do
     local at = 6 + 5 * l
@@ -562,8 +576,11 @@ local function run(keys, args)
   return reply
 end
 
-redis.register_function('tollgate_v2', run)
+redis.register_function('tollgate_v3', run)
 -- The same entry point for peeks (a check of cost 0), declared read-only:
 -- callable with FCALL_RO, on replicas, and on a full server (maxmemory with
 -- noeviction), where Redis refuses functions that may write.
+redis.register_function { function_name = 'tollgate_v3_peek', callback = run, flags = { 'no-writes' } }
+-- The previous version's names: its arguments are these without a deadline.
+redis.register_function('tollgate_v2', run)
 redis.register_function { function_name = 'tollgate_v2_peek', callback = run, flags = { 'no-writes' } }

@@ -1,7 +1,7 @@
 //! [`RedisBackend`]: the [`Backend`] of `tollgate` on Redis or Redis Cluster.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -138,8 +138,13 @@ impl RedisConfig {
             .await
             .map_err(|_| BackendError::Timeout(deadline))?
             .map_err(|e| classify(e, deadline))?;
+        let clock = Arc::new(ServerClock::unknown());
+        let mut probe = conn.clone();
+        let measured = clock.measure(&mut probe, &self.prefix);
+        let _ = tokio::time::timeout(self.timeout, measured).await;
         Ok(RedisBackend {
             conn,
+            clock,
             keys,
             mode: self.mode,
             eval: Arc::new(AtomicBool::new(self.mode == ScriptMode::Eval)),
@@ -167,6 +172,8 @@ impl RedisConfig {
 #[derive(Clone)]
 pub struct RedisBackend {
     conn: Conn,
+    /// Where the server's clock is, for the deadline each call carries.
+    clock: Arc<ServerClock>,
     keys: KeySpace,
     mode: ScriptMode,
     /// Whether calls go through `EVALSHA`: from the start in
@@ -263,6 +270,17 @@ impl RedisBackend {
             .iter()
             .map(encode)
             .collect::<Result<Vec<_>, _>>()?;
+        // The server's clock decides (no replayed time): past the deadline,
+        // the script charges nothing.
+        let deadline_us = match now_us {
+            Some(_) => None,
+            None => {
+                let mut conn = self.conn.clone();
+                self.clock
+                    .deadline_us(&mut conn, &keys[0], self.timeout)
+                    .await
+            }
+        };
         let args = |cmd: &mut Cmd| {
             match now_us {
                 Some(t) => cmd.arg(t).arg(self.replay_ttl_ms),
@@ -271,6 +289,9 @@ impl RedisBackend {
             cmd.arg(name).arg(amount).arg(limits.len());
             for e in &limits {
                 cmd.arg(e.algorithm).arg(e.cap).arg(e.x).arg(e.y).arg(e.max);
+            }
+            if let Some(deadline) = deadline_us {
+                cmd.arg(deadline);
             }
         };
         let peek = op == Operation::Check(0);
@@ -328,7 +349,15 @@ impl RedisBackend {
         tokio::time::timeout(self.timeout, call)
             .await
             .map_err(|_| BackendError::Timeout(self.timeout))?
-            .map_err(|e| classify(e, self.timeout))
+            .map_err(|e| {
+                if e.code() == Some(LATE) {
+                    // Refused as late while this side still waited: the
+                    // estimate of the server's clock is wrong (a failover,
+                    // a clock stepped); the next call measures it again.
+                    self.clock.forget();
+                }
+                classify(e, self.timeout)
+            })
     }
 }
 
@@ -441,6 +470,74 @@ fn unknown_command(e: &RedisError) -> bool {
 /// The error code of a forced charge the script refuses.
 const OUT_OF_RANGE: &str = "TOLLGATE_RANGE";
 
+/// The error code of a call the script ran past its deadline (and refused).
+const LATE: &str = "TOLLGATE_LATE";
+
+/// The server's clock seen from this process: the offset of its `TIME`
+/// from this host's wall clock, so a deadline can be given on the server's
+/// clock whatever the two hosts' clocks say. Measured at connect, and again
+/// after the server refused as late a call this side was still waiting for;
+/// while unknown, a call measures it first (and carries no deadline if that
+/// fails).
+struct ServerClock {
+    /// Microseconds to add to this host's wall clock; `i64::MIN` unknown.
+    offset_us: AtomicI64,
+}
+
+impl ServerClock {
+    const UNKNOWN: i64 = i64::MIN;
+
+    fn unknown() -> Self {
+        ServerClock {
+            offset_us: AtomicI64::new(Self::UNKNOWN),
+        }
+    }
+
+    fn forget(&self) {
+        self.offset_us.store(Self::UNKNOWN, Ordering::Relaxed);
+    }
+
+    /// The deadline of a call starting now, `timeout` from now, on the
+    /// server's clock (measured first on the server owning `key` if
+    /// unknown); `None` when the clock cannot be read.
+    async fn deadline_us(&self, conn: &mut Conn, key: &str, timeout: Duration) -> Option<u64> {
+        let mut offset = self.offset_us.load(Ordering::Relaxed);
+        if offset == Self::UNKNOWN {
+            offset = tokio::time::timeout(timeout, self.measure(conn, key))
+                .await
+                .ok()
+                .flatten()?;
+        }
+        let timeout = i64::try_from(timeout.as_micros()).unwrap_or(i64::MAX);
+        let deadline = wall_clock_us()
+            .saturating_add(offset)
+            .saturating_add(timeout);
+        u64::try_from(deadline).ok()
+    }
+
+    /// Reads the server's `TIME` on the node owning `key` and keeps its
+    /// offset from the middle of the round trip.
+    async fn measure(&self, conn: &mut Conn, key: &str) -> Option<i64> {
+        let before = wall_clock_us();
+        let reply = conn.on_key(&redis::cmd("TIME"), key).await.ok()?;
+        let after = wall_clock_us();
+        let (secs, micros): (i64, i64) = redis::from_redis_value(reply).ok()?;
+        let server = secs.checked_mul(1_000_000)?.checked_add(micros)?;
+        let offset = server - (before + (after - before) / 2);
+        self.offset_us.store(offset, Ordering::Relaxed);
+        Some(offset)
+    }
+}
+
+/// Microseconds on this host's wall clock (the one the server's `TIME` is
+/// compared with).
+fn wall_clock_us() -> i64 {
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    i64::try_from(since.as_micros()).unwrap_or(i64::MAX)
+}
+
 fn lost_script(e: &RedisError) -> bool {
     e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)
         || e.to_string().contains("Function not found")
@@ -451,6 +548,8 @@ fn lost_script(e: &RedisError) -> bool {
 fn classify(e: RedisError, deadline: Duration) -> BackendError {
     if e.code() == Some(OUT_OF_RANGE) {
         BackendError::OutOfRange(e.detail().unwrap_or_default().to_string())
+    } else if e.code() == Some(LATE) {
+        BackendError::Timeout(deadline)
     } else if e.kind() == ErrorKind::InvalidClientConfig || untrusted_certificate(&e) {
         BackendError::Config(e.to_string())
     } else if e.kind() == ErrorKind::AuthenticationFailed

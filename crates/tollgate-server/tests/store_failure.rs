@@ -37,14 +37,17 @@ store:
     )
 }
 
-fn body(key: &str) -> String {
-    format!(r#"{{"domain":"f","descriptors":[{{"entries":[{{"key":"{key}","value":"x"}}]}}]}}"#)
+/// Status of one `/v1/check` of `key` (value `x`), and how long it took.
+async fn check(server: &support::TestServer, key: &str) -> (u16, Duration) {
+    check_value(server, key, "x").await
 }
 
-/// Status of one `/v1/check` of `key`, and how long it took.
-async fn check(server: &support::TestServer, key: &str) -> (u16, Duration) {
+async fn check_value(server: &support::TestServer, key: &str, value: &str) -> (u16, Duration) {
+    let body = format!(
+        r#"{{"domain":"f","descriptors":[{{"entries":[{{"key":"{key}","value":"{value}"}}]}}]}}"#
+    );
     let started = Instant::now();
-    let (status, _, _) = support::send("POST", &server.http_url("/v1/check"), &body(key)).await;
+    let (status, _, _) = support::send("POST", &server.http_url("/v1/check"), &body).await;
     (status, started.elapsed())
 }
 
@@ -129,6 +132,46 @@ async fn an_open_breaker_answers_each_mode_at_once_without_reaching_redis() {
     assert!(
         metrics.contains(r#"tollgate_breaker_state{store="redis"}"#),
         "{metrics}"
+    );
+    server.running.shutdown().await;
+}
+
+#[tokio::test]
+async fn calls_refused_past_their_deadline_are_never_charged_later() {
+    let Some(redis) = redis() else { return };
+    let yaml = "
+domain: f
+descriptors:
+  - key: a
+    on_store_error: closed
+    rate_limit: { unit: hour, requests_per_unit: 3 }
+";
+    let server = support::start_with(yaml, |o| {
+        o.store = redis.url();
+        o.store_timeout = DEADLINE;
+        o.grpc = None;
+    })
+    .await;
+    // Another key: loads the script, leaves `x`'s limit whole.
+    assert_eq!(check_value(&server, "a", "warm-up").await.0, 200);
+    redis.pause().unwrap();
+    // Fewer than the breaker's five failures: each call reaches Redis's
+    // socket, waits there, and is answered 503 at the deadline.
+    for _ in 0..3 {
+        assert_eq!(check(&server, "a").await.0, 503);
+    }
+    redis.resume().unwrap();
+    // Redis now runs the three calls it held: each is past its deadline.
+    let answers = [
+        check(&server, "a").await.0,
+        check(&server, "a").await.0,
+        check(&server, "a").await.0,
+        check(&server, "a").await.0,
+    ];
+    assert_eq!(
+        answers,
+        [200, 200, 200, 429],
+        "the whole limit is still there"
     );
     server.running.shutdown().await;
 }
