@@ -91,12 +91,14 @@ impl RedisConfig {
     /// Deadline of each call (decision, refund, forced charge, lease or
     /// reset), including a reload of the library (default 50 ms).
     ///
-    /// A call that times out may still be carried out: the command reached
-    /// the store, which runs it when it can (after a pause, a slow disk, a
-    /// congested link), charging the key. So never refund after a `Timeout`
-    /// (it could give back a charge that was never made): count the request
-    /// as possibly charged. Refund only a known outcome, a request admitted
-    /// and then not carried out.
+    /// Each call carries this deadline on the server's clock (its offset
+    /// from this host's measured with `TIME`): a call the server runs
+    /// later (after a pause, a slow disk, a congested link) charges nothing.
+    /// A call run just before the deadline whose reply arrives after it is
+    /// still charged, so never refund after a `Timeout` (it could give back
+    /// a charge that was never made): count the request as possibly
+    /// charged. Refund only a known outcome, a request admitted and then
+    /// not carried out.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self
@@ -162,7 +164,8 @@ impl RedisConfig {
 ///
 /// Calls have a deadline and fail with a typed [`BackendError`]:
 /// `Timeout` (the store was reached and did not answer in time; the call
-/// may still be carried out, see [`RedisConfig::timeout`]), `Unavailable`
+/// may have been charged just before its deadline, never after, see
+/// [`RedisConfig::timeout`]), `Unavailable`
 /// (connection refused, reset or lost; reconnection is automatic),
 /// `Unauthorized` (credentials refused), `Config` (a client set up wrong),
 /// `Store` (the server answered with an error),
