@@ -175,3 +175,46 @@ descriptors:
     );
     server.running.shutdown().await;
 }
+
+#[tokio::test]
+async fn an_http_rule_falls_back_to_this_instances_share() {
+    let Some(redis) = redis() else { return };
+    let app = axum::Router::new().route("/", axum::routing::get(|| async { "hello" }));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let upstream = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let yaml = "
+http:
+  rules:
+    - name: per-ip
+      on_store_error: fallback
+      limit: { unit: hour, requests_per_unit: 4 }
+store:
+  instances: 2
+  breaker: { consecutive_failures: 1, open_for: 60s }
+";
+    let server = support::start_with(yaml, |o| {
+        o.store = redis.url();
+        o.store_timeout = DEADLINE;
+        o.grpc = None;
+        o.proxy = Some(tollgate_server::server::ProxyOptions {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            upstream,
+            timeout: Duration::from_secs(30),
+        });
+    })
+    .await;
+    let url = format!("http://{}/", server.running.proxy.unwrap());
+    assert_eq!(support::get(&url).await.0, 200);
+    redis.pause().unwrap();
+    // The first call waits out the deadline and opens the breaker; then
+    // this instance's share, 4 / 2 = 2, is admitted in process.
+    let answers = [
+        support::get(&url).await.0,
+        support::get(&url).await.0,
+        support::get(&url).await.0,
+    ];
+    redis.resume().unwrap();
+    assert_eq!(answers, [200, 200, 429]);
+    server.running.shutdown().await;
+}
