@@ -41,12 +41,13 @@ const CLEANUP_BATCHES_PER_PASS: usize = 10;
 
 /// The parameter types of the `_apply` statement, fixed so the driver
 /// prepares it once per connection.
-const APPLY_TYPES: [Type; 7] = [
+const APPLY_TYPES: [Type; 8] = [
     Type::TEXT,
     Type::INT8,
     Type::INT8_ARRAY,
     Type::INT2,
     Type::NUMERIC,
+    Type::INT8,
     Type::INT8,
     Type::INT8,
 ];
@@ -190,14 +191,15 @@ impl PostgresConfig {
         let names = Names::new(&self.schema, &self.table)?;
         let pool = self.pool(tls)?;
         // A first connection, so that a bad URL or a down server fails here.
-        self.within_connect_deadline(async {
-            let mut client = self.first_client(&pool).await?;
-            if self.migrate {
-                schema::migrate(&mut client, &names, self.connect_timeout).await?;
-            }
-            Ok(())
-        })
-        .await?;
+        let clock_offset_ns = self
+            .within_connect_deadline(async {
+                let mut client = self.first_client(&pool).await?;
+                if self.migrate {
+                    schema::migrate(&mut client, &names, self.connect_timeout).await?;
+                }
+                clock_offset_ns(&client, &names, self.connect_timeout).await
+            })
+            .await?;
         let cleanup = self.cleanup_every.map(|every| {
             let task = tokio::spawn(clean_periodically(
                 pool.clone(),
@@ -217,6 +219,7 @@ impl PostgresConfig {
             names,
             prefix: self.prefix.into(),
             timeout: self.timeout,
+            clock_offset_ns,
             replay_floor_ns: i64::try_from(self.replay_floor.as_nanos()).unwrap_or(i64::MAX),
             _cleanup: cleanup,
         })
@@ -310,6 +313,9 @@ pub struct PostgresBackend {
     names: Names,
     prefix: Arc<str>,
     timeout: Duration,
+    /// The database clock minus this host's wall clock, measured at
+    /// connect: each call's deadline is given on the database clock.
+    clock_offset_ns: i64,
     replay_floor_ns: i64,
     _cleanup: Option<Arc<AbortOnDrop>>,
 }
@@ -415,6 +421,14 @@ impl PostgresBackend {
         let (code, amount) = encode_operation(op, policy)?;
         let key = stored_key(&self.prefix, key)?;
         let encoded = encode(policy);
+        // Past it, the statement charges nothing (only on the database's
+        // own clock: replayed times carry none).
+        let deadline = now.is_none().then(|| {
+            let timeout = i64::try_from(self.timeout.as_nanos()).unwrap_or(i64::MAX);
+            wall_clock_ns()
+                .saturating_add(self.clock_offset_ns)
+                .saturating_add(timeout)
+        });
         let run = async {
             let client = self.client().await?;
             let db = |e: tokio_postgres::Error| classify(&e, self.timeout);
@@ -433,6 +447,7 @@ impl PostgresBackend {
                         &Numeric(amount),
                         &now,
                         &floor_ns,
+                        &deadline,
                     ],
                 )
                 .await
@@ -459,6 +474,31 @@ impl PostgresBackend {
             .await
             .map_err(|_| BackendError::Timeout(self.timeout))?
     }
+}
+
+/// The database clock minus this host's wall clock, from the middle of one
+/// round trip.
+async fn clock_offset_ns(
+    client: &tokio_postgres::Client,
+    names: &Names,
+    deadline: Duration,
+) -> Result<i64, BackendError> {
+    let before = wall_clock_ns();
+    let row = client
+        .query_one(&names.clock_sql(), &[])
+        .await
+        .map_err(|e| classify(&e, deadline))?;
+    let after = wall_clock_ns();
+    let database: i64 = row.get(0);
+    Ok(database - (before + (after - before) / 2))
+}
+
+/// Nanoseconds on this host's wall clock.
+fn wall_clock_ns() -> i64 {
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    i64::try_from(since.as_nanos()).unwrap_or(i64::MAX)
 }
 
 impl Backend for PostgresBackend {

@@ -219,6 +219,48 @@ impl PgServer {
         self.wait_ready()
     }
 
+    /// Freezes the server (`SIGSTOP` to the postmaster and every process it
+    /// started): sessions stay open and nothing is answered until
+    /// [`thaw`](Self::thaw).
+    pub fn freeze(&self) -> Result<(), HarnessError> {
+        self.signal_all(libc::SIGSTOP)
+    }
+
+    /// Lets a frozen server run again (`SIGCONT`).
+    pub fn thaw(&self) -> Result<(), HarnessError> {
+        self.signal_all(libc::SIGCONT)
+    }
+
+    /// Sends `signal` to the postmaster (our child) and its children.
+    fn signal_all(&self, signal: libc::c_int) -> Result<(), HarnessError> {
+        let Some(child) = &self.child else {
+            return Err(HarnessError::Failed("the server is not running".into()));
+        };
+        let postmaster = child.id();
+        let mut pids = vec![postmaster];
+        let entries = std::fs::read_dir("/proc").map_err(failed("list the processes"))?;
+        for entry in entries.flatten() {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
+            // The parent is the fourth field of /proc/PID/stat, after the
+            // command name in parentheses.
+            let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+            let parent = stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+                .and_then(|p| p.parse::<u32>().ok());
+            if parent == Some(postmaster) {
+                pids.push(pid);
+            }
+        }
+        for pid in pids {
+            // The pids are our child's and its children's.
+            unsafe { libc::kill(pid as libc::pid_t, signal) };
+        }
+        Ok(())
+    }
+
     /// Stops and starts the server: every session is cut, the data stays.
     pub fn restart(&mut self) -> Result<(), HarnessError> {
         self.stop()?;

@@ -10,7 +10,7 @@ use tollgate::BackendError;
 use crate::errors::classify;
 
 /// The schema version this crate installs and works with.
-pub const SCHEMA_VERSION: i32 = 1;
+pub const SCHEMA_VERSION: i32 = 2;
 
 /// Default schema of the state table and its functions.
 pub const DEFAULT_SCHEMA: &str = "tollgate";
@@ -27,7 +27,10 @@ pub const MAX_TABLE_LEN: usize = 40;
 const MIN_SERVER_VERSION: i32 = 140_000;
 
 /// Migration `n` (from 1) brings the schema from version `n - 1` to `n`.
-const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [include_str!("../sql/schema.sql")];
+const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [
+    include_str!("../sql/schema.sql"),
+    include_str!("../sql/deadline.sql"),
+];
 
 /// A schema and table name, checked to be plain lower-case identifiers (so
 /// they need no quoting and cannot inject SQL).
@@ -73,7 +76,7 @@ impl Names {
     /// The statement of every operation on a key (see `sql/schema.sql`).
     pub(crate) fn apply_sql(&self) -> String {
         format!(
-            "SELECT {}_apply($1, $2, $3, $4, $5, $6, $7)",
+            "SELECT {}_apply_within($1, $2, $3, $4, $5, $6, $7, $8)",
             self.qualified()
         )
     }
@@ -83,6 +86,11 @@ impl Names {
             "DELETE FROM {} WHERE key = $1 AND policy = $2",
             self.qualified()
         )
+    }
+
+    /// The database clock, in nanoseconds.
+    pub(crate) fn clock_sql(&self) -> String {
+        format!("SELECT {}_clock_ns()", self.qualified())
     }
 
     pub(crate) fn cleanup_sql(&self) -> String {

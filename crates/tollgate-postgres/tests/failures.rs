@@ -216,3 +216,43 @@ async fn a_server_gone_is_unavailable_and_the_password_never_shows() {
         assert!(!shown.contains(secret), "{shown}");
     }
 }
+
+/// A call carries its deadline on the database clock: three calls time out
+/// while the server is frozen, start once it runs again, and charge nothing.
+#[tokio::test]
+async fn a_call_started_past_its_deadline_charges_nothing() {
+    let Some(server) = common::own() else {
+        return;
+    };
+    let pg = common::config(&server.url())
+        .prefix(&common::fresh_prefix())
+        .timeout(Duration::from_millis(200))
+        .connect()
+        .await
+        .unwrap();
+    let p = Policy::new(Limit::new(
+        Algorithm::FixedWindow,
+        Quota::new(10, 60 * MINUTE).unwrap(),
+    ));
+    assert_eq!(pg.check("k", &p, 1).await.unwrap().remaining, 9);
+    server.freeze().unwrap();
+    for _ in 0..3 {
+        let result = pg.check("k", &p, 1).await;
+        assert!(
+            matches!(result, Err(BackendError::Timeout(_))),
+            "{result:?}"
+        );
+    }
+    server.thaw().unwrap();
+    let start = Instant::now();
+    let peek = loop {
+        match pg.check("k", &p, 0).await {
+            Ok(d) => break d,
+            Err(e) => assert!(start.elapsed() < Duration::from_secs(10), "{e}"),
+        }
+    };
+    // Give the held statements time to run before looking.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let peek = pg.check("k", &p, 0).await.unwrap_or(peek);
+    assert_eq!(peek.remaining, 9, "the three timed-out calls charged nothing");
+}
