@@ -127,7 +127,10 @@ impl PostgresConfig {
 
     /// Deadline of each call, waiting for a pooled connection included
     /// (default 50 ms). Also every connection's `statement_timeout`, so a
-    /// statement stuck on a lock is cancelled in the server too.
+    /// statement stuck on a lock is cancelled in the server too; and each
+    /// statement carries it on the database clock (its offset from this
+    /// host's measured at connect), so one that starts late (held in a
+    /// paused or overloaded server) charges nothing.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self
