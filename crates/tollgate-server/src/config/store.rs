@@ -126,3 +126,65 @@ fn duration(field: &str, text: &str) -> Result<Duration, String> {
         .filter(|d| !d.is_zero())
         .ok_or_else(|| format!("`{field}`: `{text}` is not a positive duration (e.g. 1s, 250ms)"))
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::config::{Config, StoreErrorMode, StoreSettings};
+
+    fn store(section: &str) -> Result<StoreSettings, String> {
+        let yaml = format!(
+            "domain: d\ndescriptors:\n  - key: k\n    on_store_error: fallback\n    rate_limit: {{ unit: second, requests_per_unit: 1 }}\nstore:\n{section}"
+        );
+        Config::parse("f.yaml", &yaml)
+            .map(|c| c.store().clone())
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn absent_fields_keep_the_library_defaults() {
+        let config = Config::parse("f.yaml", "domain: d\n").unwrap();
+        assert_eq!(config.store(), &StoreSettings::default());
+        let set =
+            store("  instances: 4\n  breaker: { open_for: 5s }\n  batch: { size: 20 }\n").unwrap();
+        assert_eq!(set.instances, 4);
+        let expected =
+            tollgate::BreakerConfig::default().open_for(std::time::Duration::from_secs(5));
+        assert_eq!(set.breaker, expected);
+        assert_eq!(set.batch, Some(tollgate::BatchConfig::default().batch(20)));
+        let with_fallback = "domain: d\ndescriptors:\n  - key: k\n    on_store_error: fallback\n    rate_limit: { unit: second, requests_per_unit: 1 }\n";
+        let config = Config::parse("f.yaml", with_fallback).unwrap();
+        assert_eq!(config.entries()[0].on_store_error, StoreErrorMode::Fallback);
+    }
+
+    #[test]
+    fn bad_settings_are_located_errors() {
+        for (section, says) in [
+            ("  instances: 0\n", "`store.instances` must be at least 1"),
+            (
+                "  breaker: { failure_ratio: 1.5 }\n",
+                "`store.breaker.failure_ratio` must be above 0",
+            ),
+            (
+                "  breaker: { probes: 0 }\n",
+                "`store.breaker.probes` must be at least 1",
+            ),
+            (
+                "  breaker: { open_for: soon }\n",
+                "`store.breaker.open_for`: `soon` is not a positive duration",
+            ),
+            (
+                "  batch: { size: 0 }\n",
+                "`store.batch.size` must be at least 1",
+            ),
+            (
+                "  batch: { lease_ttl: 0s }\n",
+                "`store.batch.lease_ttl`: `0s` is not a positive duration",
+            ),
+            ("  batch: { sise: 10 }\n", "unknown field"),
+        ] {
+            let error = store(section).unwrap_err();
+            assert!(error.contains(says), "{section}: {error}");
+            assert!(error.starts_with("f.yaml:"), "{error}");
+        }
+    }
+}
