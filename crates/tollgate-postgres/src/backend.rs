@@ -200,7 +200,7 @@ impl PostgresConfig {
                 if self.migrate {
                     schema::migrate(&mut client, &names, self.connect_timeout).await?;
                 }
-                clock_offset_ns(&client, &names, self.connect_timeout).await
+                clock_offset_ns(&client, self.connect_timeout).await
             })
             .await?;
         let cleanup = self.cleanup_every.map(|every| {
@@ -483,12 +483,11 @@ impl PostgresBackend {
 /// round trip.
 async fn clock_offset_ns(
     client: &tokio_postgres::Client,
-    names: &Names,
     deadline: Duration,
 ) -> Result<i64, BackendError> {
     let before = wall_clock_ns();
     let row = client
-        .query_one(&names.clock_sql(), &[])
+        .query_one(schema::CLOCK_SQL, &[])
         .await
         .map_err(|e| classify(&e, deadline))?;
     let after = wall_clock_ns();

@@ -26,6 +26,12 @@ pub const MAX_TABLE_LEN: usize = 40;
 /// database clock is read with.
 const MIN_SERVER_VERSION: i32 = 140_000;
 
+/// The database clock in nanoseconds, as the schema's `_clock_ns` reads it
+/// but without the schema (a backend connecting with `migrate(false)` to a
+/// schema not made yet reads it too, and fails at its first call instead).
+pub(crate) const CLOCK_SQL: &str =
+    "SELECT (extract(epoch FROM clock_timestamp()) * 1000000000)::bigint";
+
 /// Migration `n` (from 1) brings the schema from version `n - 1` to `n`.
 const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [
     include_str!("../sql/schema.sql"),
@@ -86,11 +92,6 @@ impl Names {
             "DELETE FROM {} WHERE key = $1 AND policy = $2",
             self.qualified()
         )
-    }
-
-    /// The database clock, in nanoseconds.
-    pub(crate) fn clock_sql(&self) -> String {
-        format!("SELECT {}_clock_ns()", self.qualified())
     }
 
     pub(crate) fn cleanup_sql(&self) -> String {
