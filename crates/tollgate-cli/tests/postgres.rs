@@ -42,11 +42,11 @@ fn migrate_then_replay_and_check_through_postgres() {
     let migrate = ["migrate", "--store", url.as_str()];
     assert_eq!(
         stdout_of(&migrate, "").trim(),
-        "tollgate.state: schema migrated from version 0 to 1"
+        "tollgate.state: schema migrated from version 0 to 2"
     );
     assert_eq!(
         stdout_of(&migrate, "").trim(),
-        "tollgate.state: schema already at version 1"
+        "tollgate.state: schema already at version 2"
     );
 
     // Replays through PostgreSQL are exact: the in-process output, byte for byte.

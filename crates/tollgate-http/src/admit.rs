@@ -124,8 +124,16 @@ impl<B: Backend> Gate<B> {
                 Ok(d) => d,
                 Err((verdict, error)) => {
                     let closed = verdict == Fallback::Closed && !shadow;
-                    tracing::warn!(rule = %compiled.rule.name, key = %digest(key.as_bytes()), %error,
-                        fail = if closed { "closed" } else { "open" }, "rate limit store failed");
+                    let fail = if closed { "closed" } else { "open" };
+                    // An open breaker refuses calls by the thousand, and
+                    // logged once when it opened.
+                    if error.is_short_circuit() {
+                        tracing::debug!(rule = %compiled.rule.name, key = %digest(key.as_bytes()), %error,
+                            fail, "rate limit store failed");
+                    } else {
+                        tracing::warn!(rule = %compiled.rule.name, key = %digest(key.as_bytes()), %error,
+                            fail, "rate limit store failed");
+                    }
                     if closed {
                         compiled.metrics.count(Outcome::FailedClosed);
                         self.refund_all(&mut entries).await;

@@ -293,7 +293,13 @@ impl<B: Backend> Engine<B> {
             Ok(decision) => decision,
             Err(source) => {
                 label.store_error();
-                tracing::warn!(limit = %entry.path, error = %source, "store error");
+                // The breaker logged its opening; each decision it then
+                // refuses is only worth a debug line.
+                if source.is_short_circuit() {
+                    tracing::debug!(limit = %entry.path, error = %source, "store error");
+                } else {
+                    tracing::warn!(limit = %entry.path, error = %source, "store error");
+                }
                 match (entry.on_store_error, &self.fallback) {
                     (StoreErrorMode::Open, _) => {
                         return Ok(DescriptorStatus::unlimited_ok(Some(0)))

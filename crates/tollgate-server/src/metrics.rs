@@ -11,6 +11,8 @@
 //! | `tollgate_server_decision_seconds` | histogram | `api` (`grpc`, `http`) |
 //! | `tollgate_server_config_loads_total` | counter | `result` (`ok`, `error`) |
 //! | `tollgate_server_refused_total` | counter | `reason` (listener refusals: `header_timeout`, `idle`, `headers_too_large`, `body_too_large`, `too_many_connections`) |
+//! | `tollgate_breaker_transitions_total` | counter | `store` (`memory`, `redis`, `postgres`), `to` (`open`, `half_open`, `closed`): the store's circuit breaker (the library's) |
+//! | `tollgate_breaker_state` | gauge | `store`: 0 closed, 1 half-open, 2 open |
 //!
 //! `rule` is the limit's path in the configuration (`domain.key_value`);
 //! with `detailed_metric: true`, the request's own values instead.

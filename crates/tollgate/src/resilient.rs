@@ -239,7 +239,18 @@ impl<B: Backend, C: Clock + Clone> ResilientBuilder<B, C> {
     }
 }
 
+/// How the error of a call refused by the open breaker begins.
+const SHORT_CIRCUIT: &str = "circuit open for store";
+
 impl BackendError {
+    /// Whether the call was refused by an open circuit breaker without
+    /// reaching the store. The breaker logs once when it opens; a caller
+    /// logging each failed decision can leave these out (or log them at a
+    /// lower level), which an open breaker answers by the thousand.
+    pub fn is_short_circuit(&self) -> bool {
+        matches!(self, BackendError::Unavailable(m) if m.starts_with(SHORT_CIRCUIT))
+    }
+
     /// Whether the store failed ([`BackendError::Timeout`],
     /// [`BackendError::Unavailable`], [`BackendError::Store`]), as opposed to
     /// the request being one the store refuses: the errors a [`Resilient`]
@@ -324,7 +335,7 @@ impl<B: Backend, C: Clock + Clone> Resilient<B, C> {
                 .short_circuited
                 .fetch_add(1, Ordering::Relaxed);
             return Err(BackendError::Unavailable(format!(
-                "circuit open for store `{}`: not called until it is probed",
+                "{SHORT_CIRCUIT} `{}`: not called until it is probed",
                 self.breaker.name()
             )));
         };

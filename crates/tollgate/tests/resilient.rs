@@ -79,11 +79,13 @@ async fn the_breaker_opens_after_its_threshold_and_stops_calling_the_store() {
     for _ in 0..3 {
         let err = r.check("k", &api(), 1).await.unwrap_err();
         assert!(matches!(err, BackendError::Unavailable(_)));
+        assert!(!err.is_short_circuit(), "the store itself refused: {err}");
     }
     assert_eq!(r.breaker().state(), BreakerState::Open);
     for _ in 0..100 {
         let err = r.check("k", &api(), 1).await.unwrap_err();
         assert!(err.to_string().contains("circuit open"), "{err}");
+        assert!(err.is_short_circuit(), "{err}");
     }
     assert_eq!(flaky.calls(), 3, "no call reaches the store while open");
     let stats = r.stats();
