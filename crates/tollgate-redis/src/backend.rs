@@ -279,9 +279,8 @@ impl RedisBackend {
             Some(_) => None,
             None => {
                 let mut conn = self.conn.clone();
-                self.clock
-                    .deadline_us(&mut conn, &keys[0], self.timeout)
-                    .await
+                let clock = self.clock.deadline_us(&mut conn, &keys[0], self.timeout);
+                Some(clock.await?)
             }
         };
         let args = |cmd: &mut Cmd| {
@@ -480,8 +479,7 @@ const LATE: &str = "TOLLGATE_LATE";
 /// from this host's wall clock, so a deadline can be given on the server's
 /// clock whatever the two hosts' clocks say. Measured at connect, and again
 /// after the server refused as late a call this side was still waiting for;
-/// while unknown, a call measures it first (and carries no deadline if that
-/// fails).
+/// while unknown, a call measures it first.
 struct ServerClock {
     /// Microseconds to add to this host's wall clock; `i64::MIN` unknown.
     offset_us: AtomicI64,
@@ -501,34 +499,42 @@ impl ServerClock {
     }
 
     /// The deadline of a call starting now, `timeout` from now, on the
-    /// server's clock (measured first on the server owning `key` if
-    /// unknown); `None` when the clock cannot be read.
-    async fn deadline_us(&self, conn: &mut Conn, key: &str, timeout: Duration) -> Option<u64> {
+    /// server's clock. Unknown, the clock is measured first on the server
+    /// owning `key`, within `timeout`: a server that cannot tell the time
+    /// in time would not have answered the call in time either, so its
+    /// error (or a `Timeout`) is the call's, and nothing is sent without a
+    /// deadline.
+    async fn deadline_us(
+        &self,
+        conn: &mut Conn,
+        key: &str,
+        timeout: Duration,
+    ) -> Result<u64, BackendError> {
         let mut offset = self.offset_us.load(Ordering::Relaxed);
         if offset == Self::UNKNOWN {
             offset = tokio::time::timeout(timeout, self.measure(conn, key))
                 .await
-                .ok()
-                .flatten()?;
+                .map_err(|_| BackendError::Timeout(timeout))?
+                .map_err(|e| classify(e, timeout))?;
         }
         let timeout = i64::try_from(timeout.as_micros()).unwrap_or(i64::MAX);
         let deadline = wall_clock_us()
             .saturating_add(offset)
             .saturating_add(timeout);
-        u64::try_from(deadline).ok()
+        Ok(u64::try_from(deadline).unwrap_or(0))
     }
 
     /// Reads the server's `TIME` on the node owning `key` and keeps its
     /// offset from the middle of the round trip.
-    async fn measure(&self, conn: &mut Conn, key: &str) -> Option<i64> {
+    async fn measure(&self, conn: &mut Conn, key: &str) -> RedisResult<i64> {
         let before = wall_clock_us();
-        let reply = conn.on_key(&redis::cmd("TIME"), key).await.ok()?;
+        let reply = conn.on_key(&redis::cmd("TIME"), key).await?;
         let after = wall_clock_us();
-        let (secs, micros): (i64, i64) = redis::from_redis_value(reply).ok()?;
-        let server = secs.checked_mul(1_000_000)?.checked_add(micros)?;
+        let (secs, micros): (i64, i64) = redis::from_redis_value(reply)?;
+        let server = secs.saturating_mul(1_000_000).saturating_add(micros);
         let offset = server - (before + (after - before) / 2);
         self.offset_us.store(offset, Ordering::Relaxed);
-        Some(offset)
+        Ok(offset)
     }
 }
 
