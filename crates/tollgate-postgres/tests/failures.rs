@@ -225,7 +225,7 @@ async fn a_call_started_past_its_deadline_charges_nothing() {
         return;
     };
     let pg = common::config(&server.url())
-        .prefix(&common::fresh_prefix())
+        .prefix(common::fresh_prefix())
         .timeout(Duration::from_millis(200))
         .connect()
         .await
