@@ -106,7 +106,7 @@ pub struct Running {
     tasks: Vec<JoinHandle<()>>,
     /// One per extra worker thread, resolved when its listeners are closed.
     threads: Vec<oneshot::Receiver<()>>,
-    /// Gives batched leases back; done once stopped.
+    /// Gives expired batched leases back until stopped.
     sweeping: JoinHandle<()>,
     drain: std::time::Duration,
 }
@@ -349,7 +349,9 @@ impl Running {
         }
         // Unspent leased units go back to the store once nothing spends
         // them any more.
-        let _ = tokio::time::timeout_at(deadline + DRAIN_SLACK, self.sweeping).await;
+        let _ = self.sweeping.await;
+        let giving_back = self.engine.backend().give_back_leases();
+        let _ = tokio::time::timeout_at(deadline + DRAIN_SLACK, giving_back).await;
     }
 }
 

@@ -119,8 +119,8 @@ impl GuardedStore {
         }
     }
 
-    /// Gives leases older than their TTL back every TTL until `stopping`,
-    /// then every unspent unit; returns at once without batching.
+    /// Gives leases older than their TTL back every TTL until `stopping`;
+    /// returns at once without batching.
     pub async fn sweep(&self, mut stopping: tokio::sync::watch::Receiver<bool>) {
         let Some(every) = self.sweep else { return };
         let mut ticks = tokio::time::interval(every);
@@ -134,7 +134,6 @@ impl GuardedStore {
                 }
             }
         }
-        self.shutdown().await;
     }
 
     /// The in-process decision of `on_store_error: fallback`: `key` charged
@@ -167,8 +166,9 @@ impl GuardedStore {
         }
     }
 
-    /// Gives back every unspent leased unit, for a server about to stop.
-    async fn shutdown(&self) {
+    /// Gives back every unspent leased unit, for a server that stopped
+    /// deciding; nothing without batching.
+    pub async fn give_back_leases(&self) {
         if let Layers::Batched(b) = self.guarded.backend() {
             b.shutdown().await;
         }
