@@ -40,15 +40,10 @@ pub const MAX_CHECK_BODY: usize = 64 * 1024;
 /// The API's routes over a shared engine; with a `token`, `/v1/*` and
 /// `/metrics` need it ([`token`]), the health probes never do.
 pub fn router<B: Backend + 'static>(engine: Arc<Engine<B>>, token: Option<ApiToken>) -> Router {
-    let mut guarded = Router::new()
+    let guarded = Router::new()
         .route("/v1/check", post(check::<B>))
         .route("/metrics", get(render_metrics));
-    if let Some(token) = token {
-        guarded = guarded.route_layer(middleware::from_fn_with_state(
-            Arc::new(token),
-            token::require,
-        ));
-    }
+    let guarded = guard(guarded, token);
     Router::new()
         .route(
             "/healthz",
@@ -57,6 +52,21 @@ pub fn router<B: Backend + 'static>(engine: Arc<Engine<B>>, token: Option<ApiTok
         .route("/readyz", get(ready::<B>))
         .merge(guarded)
         .with_state(engine)
+}
+
+/// `router`'s routes answering only requests with `token`, when there is
+/// one.
+pub(crate) fn guard<S: Clone + Send + Sync + 'static>(
+    router: Router<S>,
+    token: Option<ApiToken>,
+) -> Router<S> {
+    match token {
+        Some(token) => router.route_layer(middleware::from_fn_with_state(
+            Arc::new(token),
+            token::require,
+        )),
+        None => router,
+    }
 }
 
 #[derive(Deserialize)]

@@ -475,30 +475,30 @@ impl<B: Backend> Engine<B> {
         } else {
             self.backend.force(key, &upstream.counting, charge).await
         };
-        let decision = match result {
-            Ok(decision) => decision,
+        let (over, remaining, reset_after) = match result {
+            Ok(d) => (
+                d.remaining == 0,
+                d.remaining.saturating_sub(1),
+                d.reset_after,
+            ),
             Err(source) => {
-                match self.store_failed(
-                    entry,
-                    label,
-                    source,
-                    key,
-                    &upstream.counting,
-                    charge,
-                    negative,
-                )? {
-                    Some(decision) => decision,
+                // The fallback decides by tollgate's rules on the limit
+                // itself: a local share has no counter to keep growing.
+                let policy = match &entry.action {
+                    Action::Limit(policy) => policy,
+                    _ => &upstream.counting,
+                };
+                match self.store_failed(entry, label, source, key, policy, charge, negative)? {
+                    Some(d) => (!d.allowed, d.remaining, d.reset_after),
                     None => return Ok(DescriptorStatus::unlimited_ok(Some(0))),
                 }
             }
         };
-        let over = decision.remaining == 0;
-        let remaining = decision.remaining.saturating_sub(1);
         let count = upstream.requests_per_unit - remaining;
         let near = !over && count > self.answers.near_threshold(upstream.requests_per_unit);
         label.decided(hits, !over, near, entry.shadow);
-        let reset = if decision.reset_after > 0 {
-            decision.reset_after
+        let reset = if reset_after > 0 {
+            reset_after
         } else {
             unit_reset_now(upstream.period_ns)
         };
@@ -514,7 +514,13 @@ impl<B: Backend> Engine<B> {
             )),
             remaining: Some(remaining),
             reset_after_ns: reset,
-            retry_after_ns: over.then_some(reset),
+            // More hits than the limit holds are over in every window:
+            // reported as never fitting, as tollgate's counting does.
+            retry_after_ns: over.then_some(if hits > upstream.requests_per_unit {
+                u64::MAX
+            } else {
+                reset
+            }),
         })
     }
 

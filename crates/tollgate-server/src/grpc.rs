@@ -208,7 +208,10 @@ pub(crate) fn to_response(answer: CheckResponse, answers: &Answers) -> RateLimit
                     limits.push((label, s.remaining.unwrap_or(0), s.reset_after_ns));
                 }
             }
-            if s.code == Code::OverLimit && answers.counting == Counting::Tollgate {
+            // A request that can never fit gets no `Retry-After` to wait
+            // for in vain, as the HTTP layer answers it.
+            let never_fits = s.retry_after_ns == Some(u64::MAX);
+            if s.code == Code::OverLimit && answers.counting == Counting::Tollgate && !never_fits {
                 let wait = s.retry_after_ns.unwrap_or(s.reset_after_ns);
                 retry_after = Some(retry_after.map_or(wait, |w| w.max(wait)));
             }

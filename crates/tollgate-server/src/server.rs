@@ -203,8 +203,13 @@ impl Shared {
         if let Some(socket) = sockets.http {
             tasks.push(tokio::spawn(listener::serve(
                 TcpListener::from_std(socket)?,
-                api::router(Arc::clone(&self.engine), self.http_token.clone())
-                    .merge(upstream::router(Arc::clone(&self.engine), self.health)),
+                api::router(Arc::clone(&self.engine), self.http_token.clone()).merge(
+                    upstream::router(
+                        Arc::clone(&self.engine),
+                        self.health,
+                        self.http_token.clone(),
+                    ),
+                ),
                 self.limits,
                 Arc::clone(&self.http_permits),
                 self.stopping.clone(),

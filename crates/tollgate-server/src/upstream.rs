@@ -42,7 +42,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 use tollgate::Backend;
 
-use crate::api::{self, MAX_CHECK_BODY};
+use crate::api::{self, ApiToken, MAX_CHECK_BODY};
 use crate::engine::{CheckError, Engine};
 use crate::{grpc, metrics};
 
@@ -64,10 +64,15 @@ struct Shared<B> {
 }
 
 /// The two routes over a shared engine.
-pub fn router<B: Backend + 'static>(engine: Arc<Engine<B>>, health: Health) -> Router {
+pub fn router<B: Backend + 'static>(
+    engine: Arc<Engine<B>>,
+    health: Health,
+    token: Option<ApiToken>,
+) -> Router {
+    let check = api::guard(Router::new().route("/json", any(json_check::<B>)), token);
     Router::new()
-        .route("/json", any(json_check::<B>))
         .route("/healthcheck", any(healthcheck::<B>))
+        .merge(check)
         .with_state(Arc::new(Shared { engine, health }))
 }
 

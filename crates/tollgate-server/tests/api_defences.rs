@@ -23,6 +23,8 @@ descriptors:
     rate_limit: { unit: minute, requests_per_unit: 2 }
   - key: visitor
     rate_limit: { unit: second, requests_per_unit: 1000 }
+  - key: member
+    rate_limit: { algorithm: fixed_window, unit: minute, requests_per_unit: 2 }
   - key: tenant
     detailed_metric: true
     rate_limit: { unit: minute, requests_per_unit: 100 }
@@ -91,12 +93,16 @@ async fn slow_bodies_cannot_hold_the_connections() {
 async fn a_cost_that_never_fits_is_413_without_retry_after() {
     let server = support::start(CONFIG).await;
     let url = server.http_url("/v1/check");
-    let (status, text, headers) = send("POST", &url, &check("user", "ada", 3)).await;
-    assert_eq!(status, 413, "{text}");
-    assert!(!headers.contains_key("retry-after"), "{headers:?}");
-    let (status, _, headers) = send("POST", &url, &check("user", "ada", 2)).await;
+    // envoyproxy/ratelimit's counting (a limit in its form) and tollgate's.
+    for key in ["user", "member"] {
+        let (status, text, headers) = send("POST", &url, &check(key, "ada", 3)).await;
+        assert_eq!(status, 413, "{key}: {text}");
+        assert!(!headers.contains_key("retry-after"), "{headers:?}");
+    }
+    // With tollgate's counting the refusal cost nothing.
+    let (status, _, headers) = send("POST", &url, &check("member", "ada", 2)).await;
     assert_eq!(status, 200);
-    let (status, _, headers_429) = send("POST", &url, &check("user", "ada", 1)).await;
+    let (status, _, headers_429) = send("POST", &url, &check("member", "ada", 1)).await;
     assert_eq!(status, 429);
     assert!(headers_429.contains_key("retry-after") && !headers.contains_key("retry-after"));
     server.running.shutdown().await;
@@ -222,8 +228,10 @@ async fn a_token_guards_the_api_and_metrics_but_not_health_or_grpc() {
     .await;
     let before = refused("unauthorized");
     let body = check("user", "ada", 1);
+    let json = r#"{"domain":"web","descriptors":[{"entries":[{"key":"user","value":"eve"}]}]}"#;
     for (method, path, body) in [
         ("POST", "/v1/check", body.as_str()),
+        ("POST", "/json", json),
         ("GET", "/metrics", ""),
     ] {
         let url = server.http_url(path);
@@ -236,8 +244,8 @@ async fn a_token_guards_the_api_and_metrics_but_not_health_or_grpc() {
         let right = [("authorization", "Bearer s3cret")];
         assert_eq!(send_with(method, &url, body, &right).await.0, 200, "{path}");
     }
-    assert!(refused("unauthorized") >= before + 4);
-    for open in ["/healthz", "/readyz"] {
+    assert!(refused("unauthorized") >= before + 6);
+    for open in ["/healthz", "/readyz", "/healthcheck"] {
         assert_eq!(support::get(&server.http_url(open)).await.0, 200, "{open}");
     }
     // Envoy's filter sends no credentials: gRPC answers as before.

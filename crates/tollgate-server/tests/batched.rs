@@ -15,7 +15,9 @@ fn config(batch: &str) -> String {
 domain: b
 descriptors:
   - key: user
-    rate_limit: {{ unit: hour, requests_per_unit: {LIMIT} }}
+    # tollgate's form: envoyproxy/ratelimit's counting charges every hit in
+    # the store, so only tollgate's counting can lease.
+    rate_limit: {{ algorithm: fixed_window, unit: hour, requests_per_unit: {LIMIT} }}
 {batch}"
     )
 }

@@ -218,6 +218,10 @@ impl Builder<'_> {
                 (None, None) => None,
                 _ => UpstreamLimit::new(0, self.period(&rl.inline(), at)?),
             },
+            // Only envoyproxy/ratelimit's own form (`unit` and
+            // `requests_per_unit`, nothing of tollgate's) is counted its way.
+            Action::Limit(_) if rl.algorithm.is_some() || rl.period.is_some() => None,
+            Action::Limit(_) if !rl.limits.is_empty() => None,
             Action::Limit(policy) => match policy.limits() {
                 [one] if one.algorithm == Algorithm::FixedWindow => {
                     UpstreamLimit::new(one.quota.limit(), one.quota.period_ns())
