@@ -43,7 +43,7 @@ enum Command {
     /// Create or upgrade the PostgreSQL schema of a shared store.
     Migrate(migrate::Args),
     /// Serve rate limits: Envoy's gRPC API, an HTTP JSON API, a reverse proxy.
-    Serve(serve::Args),
+    Serve(Box<serve::Args>),
     /// Load-test a real endpoint and report what its clients get.
     Loadtest(loadtest::Args),
     /// Decide candidate limits over an access log and report whom each would refuse.
@@ -70,7 +70,7 @@ fn main() -> ExitCode {
         Command::Migrate(args) => migrate::run(args)
             .map(|()| ExitCode::SUCCESS)
             .map_err(Failure::from),
-        Command::Serve(args) => serve::run(args, matches.subcommand_matches("serve"))
+        Command::Serve(args) => serve::run(*args, matches.subcommand_matches("serve"))
             .map(|()| ExitCode::SUCCESS)
             .map_err(Failure::from),
         Command::Loadtest(args) => loadtest::run(args)
