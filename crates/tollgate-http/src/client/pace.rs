@@ -177,3 +177,67 @@ impl Keys {
         self.map.entry(key.to_string()).or_default()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tollgate::{Algorithm, Limit, Quota};
+
+    const MS: u64 = 1_000_000;
+
+    /// A caller's policy of 1000 a second: the server's rate decides.
+    fn paces() -> Paces {
+        let own = Limit::new(Algorithm::Gcra, Quota::per_second(1000).unwrap());
+        let mut paces = Paces::new(&Policy::new(own));
+        paces.set_headroom(0);
+        paces
+    }
+
+    /// 10 a second, with `r` left.
+    fn answer(r: u64, retry_after: Option<u64>) -> Learned {
+        Learned {
+            remaining: Some(r),
+            retry_after: retry_after.map(Duration::from_secs),
+            spent_for: (r == 0).then_some(Duration::from_secs(1)),
+            interval: Some(Duration::from_millis(100)),
+        }
+    }
+
+    #[test]
+    fn a_spent_budget_holds_back_one_interval_per_request_in_flight() {
+        let p = paces();
+        p.take("k", 0).unwrap();
+        assert_eq!(p.done("k", 0, false, Some(&answer(5, None))), None);
+        // Three go out one interval apart (the first at once: its slot was
+        // set before the rate was known); the first answer says none is left.
+        p.take("k", MS).unwrap();
+        for at in [101, 201] {
+            assert_eq!(p.take("k", at * MS - 1), Err(at * MS));
+            p.take("k", at * MS).unwrap();
+        }
+        assert_eq!(p.done("k", 210 * MS, false, Some(&answer(0, None))), None);
+        // Two still out take the next two units: the next waits for the third.
+        assert_eq!(p.take("k", 300 * MS), Err(510 * MS));
+        p.take("k", 510 * MS).unwrap();
+    }
+
+    #[test]
+    fn refusals_in_a_row_double_the_short_pause_up_to_the_second() {
+        let p = paces();
+        let mut pauses = Vec::new();
+        for _ in 0..6 {
+            p.take("k", 0).ok();
+            pauses.push(p.done("k", 0, true, Some(&answer(0, Some(1)))));
+        }
+        let ms = |n| Some(Duration::from_millis(n));
+        assert_eq!(
+            pauses,
+            [ms(100), ms(200), ms(400), ms(800), ms(1000), ms(1000)]
+        );
+        // An admission ends the run; a longer wait is taken as told.
+        p.take("k", 0).ok();
+        assert_eq!(p.done("k", 0, false, Some(&answer(3, None))), None);
+        p.take("k", 0).ok();
+        assert_eq!(p.done("k", 0, true, Some(&answer(0, Some(7)))), ms(7000));
+    }
+}
