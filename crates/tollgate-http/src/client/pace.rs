@@ -4,7 +4,7 @@
 //! Every request takes a slot one interval after the previous one, so
 //! requests waiting together leave one by one, never at once. The interval
 //! is the slower of the caller's policy and the rate the server announces
-//! in `RateLimit-Policy` (plus a headroom). When the server's last word says
+//! in its answers (plus a headroom). When the server's last word says
 //! nothing is left, a new request also waits for the tokens the requests
 //! still in flight will take.
 
@@ -31,7 +31,7 @@ struct Pace {
     answered: u64,
     /// Requests sent and not answered yet.
     in_flight: u64,
-    /// Refusals (429) in a row.
+    /// Refusals (429 or 503) in a row.
     refusals: u32,
 }
 
