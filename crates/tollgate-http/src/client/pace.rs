@@ -52,6 +52,9 @@ pub(crate) struct Paces {
 /// less means "some time within the next second".
 const RESOLUTION: u64 = 1_000_000_000;
 
+/// tokio's timer wakes on whole milliseconds.
+const TIMER_RESOLUTION: u64 = 1_000_000;
+
 /// The headroom by default, percent.
 pub(crate) const DEFAULT_HEADROOM: u64 = 5;
 
@@ -104,10 +107,13 @@ impl Paces {
             return Err(slot);
         }
         // A timer that woke a little late does not slow the pace: up to a
-        // quarter interval of lateness is made up on the next slot.
+        // quarter interval of lateness, or the timer's resolution, is made
+        // up on the next slots (at thousands a second, the slots of one
+        // millisecond go together).
+        let slack = (interval / 4).max(TIMER_RESOLUTION);
         pace.next = pace
             .next
-            .max(now.saturating_sub(interval / 4))
+            .max(now.saturating_sub(slack))
             .saturating_add(interval);
         pace.left = pace.left.map(|l| l.saturating_sub(1));
         pace.in_flight += 1;
@@ -219,6 +225,17 @@ mod tests {
         // Two still out take the next two units: the next waits for the third.
         assert_eq!(p.take("k", 300 * MS), Err(510 * MS));
         p.take("k", 510 * MS).unwrap();
+    }
+
+    #[test]
+    fn a_high_rate_is_kept_at_the_timer_resolution() {
+        // 10,000 a second: a waiter woken on the next millisecond finds the
+        // ten slots of that millisecond, not one.
+        let own = Limit::new(Algorithm::Gcra, Quota::per_second(10_000).unwrap());
+        let p = Paces::new(&Policy::new(own));
+        p.take("k", 0).unwrap();
+        let taken = (0..20).filter(|_| p.take("k", MS).is_ok()).count();
+        assert_eq!(taken, 10);
     }
 
     #[test]
