@@ -14,7 +14,11 @@
 //! - OpenAI's `x-ratelimit-remaining-{requests,tokens}` /
 //!   `x-ratelimit-reset-{requests,tokens}`, durations like `6m0s` or `20ms`;
 //! - Anthropic's `anthropic-ratelimit-{requests,tokens,input-tokens,
-//!   output-tokens}-{remaining,reset}`, resets as RFC 3339 times.
+//!   output-tokens}-{remaining,reset}`, resets as RFC 3339 times;
+//! - the rate to pace by ([`Learned::interval`]): the slowest
+//!   `RateLimit-Policy` member's `w` / `q`, and OpenAI's
+//!   `x-ratelimit-limit-requests` and Anthropic's
+//!   `anthropic-ratelimit-requests-limit`, requests per minute.
 //!
 //! Servers are not trusted: a value that does not parse (negative numbers,
 //! garbage, control bytes) is ignored; a time in the past means no wait; and
@@ -64,8 +68,9 @@ pub struct Learned {
     /// The latest reset among the announced limits with nothing remaining:
     /// until then the budget is spent.
     pub spent_for: Option<Duration>,
-    /// The time between two requests at the slowest rate `RateLimit-Policy`
-    /// announces (`w` / `q`; a member without `w` is not a rate).
+    /// The time between two requests at the slowest rate announced:
+    /// `RateLimit-Policy`'s `w` / `q` (a member without `w` is not a rate),
+    /// or a vendor's requests per minute.
     pub interval: Option<Duration>,
 }
 
@@ -129,9 +134,15 @@ pub fn learn(headers: &HeaderMap, now: SystemTime, max: Duration) -> Learned {
             .and_then(|v| kind.read(v.as_bytes(), now, max));
         note(remaining, reset);
     }
+    let per_minute = PER_MINUTE_LIMITS
+        .iter()
+        .filter_map(|name| number(headers.get(*name)?.as_bytes()))
+        .filter(|&limit| limit > 0)
+        .map(|limit| Duration::from_secs(60) / u32::try_from(limit).unwrap_or(u32::MAX));
     learned.interval = policies(headers, max)
         .iter()
         .filter_map(AnnouncedPolicy::interval)
+        .chain(per_minute)
         .max();
     learned
 }
@@ -238,6 +249,13 @@ impl ResetKind {
         }
     }
 }
+
+/// Vendor fields announcing requests allowed per minute: OpenAI's and
+/// Anthropic's request limits are per minute (RPM).
+const PER_MINUTE_LIMITS: &[&str] = &[
+    "x-ratelimit-limit-requests",
+    "anthropic-ratelimit-requests-limit",
+];
 
 /// `(remaining field, reset field, reset format)` of the vendor headers.
 const VENDOR_PAIRS: &[(&str, &str, ResetKind)] = &[
@@ -567,6 +585,8 @@ mod tests {
         let learned = learn(&h, now(), MAX);
         assert_eq!(learned.remaining, Some(0));
         assert_eq!(learned.pause(), secs(360));
+        // 500 requests a minute: one every 120 ms.
+        assert_eq!(learned.interval, Some(Duration::from_millis(120)));
         assert_eq!(go_duration("1.5s"), Some(Duration::from_millis(1500)));
         assert_eq!(
             go_duration("1h2m3.25s"),
@@ -598,6 +618,8 @@ mod tests {
         ]);
         let learned = learn(&h, now(), MAX);
         assert_eq!(learned.retry_after, secs(44));
+        // 50 requests a minute: one every 1.2 s.
+        assert_eq!(learned.interval, Some(Duration::from_millis(1200)));
         assert_eq!(learned.spent_for, Some(Duration::from_millis(90_500)));
         assert_eq!(learned.pause(), Some(Duration::from_millis(90_500)));
     }

@@ -67,9 +67,10 @@
 //!   go within the policy's own burst and, while the server's last answer
 //!   reports units left, without waiting for the interval.
 //!
-//! The rate is learned from `RateLimit-Policy` only: the vendor fields
-//! (GitHub's, OpenAI's, Anthropic's) give what is left and when it resets,
-//! which feed the holding back and the pauses, but no window to pace by.
+//! The rate is learned from `RateLimit-Policy` and from OpenAI's and
+//! Anthropic's request limits (per minute); GitHub's fields give what is
+//! left and when it resets, which feed the holding back and the pauses,
+//! but no rate to pace by.
 //!
 //! `cargo run -p tollgate-http --example many_tasks -- URL TASKS REQUESTS RATE`
 //! runs many tasks through one `Outbound`; the README shows it against

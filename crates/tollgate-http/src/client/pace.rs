@@ -4,7 +4,7 @@
 //! Every request takes a slot one interval after the previous one, so
 //! requests waiting together leave one by one, never at once. The interval
 //! is the slower of the caller's policy and the rate the server announces
-//! in `RateLimit-Policy` (plus a headroom). When the server's last word says
+//! in its answers (plus a headroom). When the server's last word says
 //! nothing is left, a new request also waits for the tokens the requests
 //! still in flight will take.
 
@@ -31,7 +31,7 @@ struct Pace {
     answered: u64,
     /// Requests sent and not answered yet.
     in_flight: u64,
-    /// Refusals (429) in a row.
+    /// Refusals (429 or 503) in a row.
     refusals: u32,
 }
 
@@ -51,6 +51,9 @@ pub(crate) struct Paces {
 /// The fields' resolution: whole seconds, so a told wait of one second or
 /// less means "some time within the next second".
 const RESOLUTION: u64 = 1_000_000_000;
+
+/// tokio's timer wakes on whole milliseconds.
+const TIMER_RESOLUTION: u64 = 1_000_000;
 
 /// The headroom by default, percent.
 pub(crate) const DEFAULT_HEADROOM: u64 = 5;
@@ -104,10 +107,13 @@ impl Paces {
             return Err(slot);
         }
         // A timer that woke a little late does not slow the pace: up to a
-        // quarter interval of lateness is made up on the next slot.
+        // quarter interval of lateness, or the timer's resolution, is made
+        // up on the next slots (at thousands a second, the slots of one
+        // millisecond go together).
+        let slack = (interval / 4).max(TIMER_RESOLUTION);
         pace.next = pace
             .next
-            .max(now.saturating_sub(interval / 4))
+            .max(now.saturating_sub(slack))
             .saturating_add(interval);
         pace.left = pace.left.map(|l| l.saturating_sub(1));
         pace.in_flight += 1;
@@ -175,5 +181,80 @@ impl Keys {
             self.sweep_at = (self.map.len() * 2).max(64);
         }
         self.map.entry(key.to_string()).or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tollgate::{Algorithm, Limit, Quota};
+
+    const MS: u64 = 1_000_000;
+
+    /// A caller's policy of 1000 a second: the server's rate decides.
+    fn paces() -> Paces {
+        let own = Limit::new(Algorithm::Gcra, Quota::per_second(1000).unwrap());
+        let mut paces = Paces::new(&Policy::new(own));
+        paces.set_headroom(0);
+        paces
+    }
+
+    /// 10 a second, with `r` left.
+    fn answer(r: u64, retry_after: Option<u64>) -> Learned {
+        Learned {
+            remaining: Some(r),
+            retry_after: retry_after.map(Duration::from_secs),
+            spent_for: (r == 0).then_some(Duration::from_secs(1)),
+            interval: Some(Duration::from_millis(100)),
+        }
+    }
+
+    #[test]
+    fn a_spent_budget_holds_back_one_interval_per_request_in_flight() {
+        let p = paces();
+        p.take("k", 0).unwrap();
+        assert_eq!(p.done("k", 0, false, Some(&answer(5, None))), None);
+        // Three go out one interval apart (the first at once: its slot was
+        // set before the rate was known); the first answer says none is left.
+        p.take("k", MS).unwrap();
+        for at in [101, 201] {
+            assert_eq!(p.take("k", at * MS - 1), Err(at * MS));
+            p.take("k", at * MS).unwrap();
+        }
+        assert_eq!(p.done("k", 210 * MS, false, Some(&answer(0, None))), None);
+        // Two still out take the next two units: the next waits for the third.
+        assert_eq!(p.take("k", 300 * MS), Err(510 * MS));
+        p.take("k", 510 * MS).unwrap();
+    }
+
+    #[test]
+    fn a_high_rate_is_kept_at_the_timer_resolution() {
+        // 10,000 a second: a waiter woken on the next millisecond finds the
+        // ten slots of that millisecond, not one.
+        let own = Limit::new(Algorithm::Gcra, Quota::per_second(10_000).unwrap());
+        let p = Paces::new(&Policy::new(own));
+        p.take("k", 0).unwrap();
+        let taken = (0..20).filter(|_| p.take("k", MS).is_ok()).count();
+        assert_eq!(taken, 10);
+    }
+
+    #[test]
+    fn refusals_in_a_row_double_the_short_pause_up_to_the_second() {
+        let p = paces();
+        let mut pauses = Vec::new();
+        for _ in 0..6 {
+            p.take("k", 0).ok();
+            pauses.push(p.done("k", 0, true, Some(&answer(0, Some(1)))));
+        }
+        let ms = |n| Some(Duration::from_millis(n));
+        assert_eq!(
+            pauses,
+            [ms(100), ms(200), ms(400), ms(800), ms(1000), ms(1000)]
+        );
+        // An admission ends the run; a longer wait is taken as told.
+        p.take("k", 0).ok();
+        assert_eq!(p.done("k", 0, false, Some(&answer(3, None))), None);
+        p.take("k", 0).ok();
+        assert_eq!(p.done("k", 0, true, Some(&answer(0, Some(7)))), ms(7000));
     }
 }

@@ -73,7 +73,7 @@ impl<C: AsyncClock> Shaper<C> {
     }
 
     /// How much slower than the rate a server announces in
-    /// `RateLimit-Policy` a key is paced, in percent of the interval
+    /// its answers a key is paced, in percent of the interval
     /// (default 5: 20 a second is paced at one every 52.5 ms), so network
     /// jitter does not bunch requests past the server's limit.
     pub fn headroom(mut self, percent: u64) -> Self {
