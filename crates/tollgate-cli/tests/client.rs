@@ -7,92 +7,46 @@
 #[path = "../../tollgate-http/examples/many_tasks/run.rs"]
 mod run;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+mod common;
+
+use common::{free_port, Serving};
 
 const CONFIG: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/client.yaml");
 /// Requests per run: about 3 s at the server's rate.
 const REQUESTS: u64 = 60;
 const RATE: u64 = 20;
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// `tollgate serve`, killed when dropped (a failing test too), with its log
-/// kept for the failure message.
-struct Serve {
-    child: Child,
-    log: tempfile::NamedTempFile,
-    proxy: u16,
-}
-
-impl Serve {
-    fn start() -> Serve {
-        let (api, proxy, upstream) = (free_port(), free_port(), free_port());
-        let log = tempfile::NamedTempFile::new().unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
-            .args(["serve", "--config", CONFIG, "--no-grpc", "--no-watch"])
-            .args(["--http-listen", &format!("127.0.0.1:{api}")])
-            .args(["--proxy-listen", &format!("127.0.0.1:{proxy}")])
-            .args(["--upstream", &format!("http://127.0.0.1:{upstream}")])
-            .args(["--demo-upstream", &format!("127.0.0.1:{upstream}")])
-            .stdin(Stdio::null())
-            .stderr(log.reopen().unwrap())
-            .spawn()
-            .unwrap();
-        let mut serve = Serve { child, log, proxy };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !answers(proxy) {
-            if let Some(status) = serve.child.try_wait().unwrap() {
-                panic!("tollgate serve exited ({status}):\n{}", serve.log());
-            }
-            assert!(Instant::now() < deadline, "no answer:\n{}", serve.log());
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        serve
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.log.path()).unwrap_or_default()
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Whether the proxy forwards a request to the demo upstream (a path no
-/// rule matches, so no budget is spent).
-fn answers(port: u16) -> bool {
-    let Ok(mut conn) = TcpStream::connect(("127.0.0.1", port)) else {
-        return false;
-    };
-    let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
-    let request = b"GET /ready HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n";
-    if conn.write_all(request).is_err() {
-        return false;
-    }
-    let mut answer = String::new();
-    let _ = conn.read_to_string(&mut answer);
-    answer.starts_with("HTTP/1.1 200")
+/// `tollgate serve` as a reverse proxy in front of its demo upstream, and
+/// the proxy's port. Its listeners are bound together, so the proxy is
+/// ready once the HTTP API answers.
+fn start() -> (Serving, u16) {
+    let (api, proxy, upstream) = (free_port(), free_port(), free_port());
+    let (api_addr, proxy_addr) = (format!("127.0.0.1:{api}"), format!("127.0.0.1:{proxy}"));
+    let upstream_addr = format!("127.0.0.1:{upstream}");
+    let upstream_url = format!("http://{upstream_addr}");
+    let args = [
+        "--config",
+        CONFIG,
+        "--no-grpc",
+        "--no-watch",
+        "--http-listen",
+        &api_addr,
+        "--proxy-listen",
+        &proxy_addr,
+        "--upstream",
+        &upstream_url,
+        "--demo-upstream",
+        &upstream_addr,
+    ];
+    (Serving::start(&args, &[], api), proxy)
 }
 
 /// Runs 1, 4 and 16 tasks at once against the rule under `path`, each run
 /// on its own key, and checks each: everything done, at most 2 refusals,
 /// at least 0.85 of the rate.
 fn three_runs(path: &str) {
-    let serve = Serve::start();
-    let url = format!("http://127.0.0.1:{}/{path}", serve.proxy);
+    let (serve, proxy) = start();
+    let url = format!("http://127.0.0.1:{proxy}/{path}");
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let figures = runtime.block_on(async {
         let runs = [1, 4, 16].map(|tasks| {

@@ -242,6 +242,24 @@ impl RedisServer {
         cli(self.port, &all)
     }
 
+    /// Calls of tollgate's script this server has run (`FCALL` or
+    /// `EVALSHA`), from `INFO commandstats`: how many round trips decided.
+    pub fn script_calls(&self) -> Result<u64, HarnessError> {
+        let stats = self.cli(&["INFO", "commandstats"])?;
+        Ok(stats
+            .lines()
+            .filter(|l| l.starts_with("cmdstat_fcall:") || l.starts_with("cmdstat_evalsha:"))
+            .filter_map(|l| {
+                l.split("calls=")
+                    .nth(1)?
+                    .split(',')
+                    .next()?
+                    .parse::<u64>()
+                    .ok()
+            })
+            .sum())
+    }
+
     /// Kills the server; [`RedisServer::restart`] starts it again.
     pub fn kill(&mut self) {
         self.stop();

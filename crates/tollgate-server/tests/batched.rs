@@ -26,23 +26,6 @@ const BATCHED: &str = "store:
   batch: { size: 10, hot_rate: 5, lease_ttl: 1h }
 ";
 
-/// Calls of the script Redis has run.
-fn script_calls(redis: &RedisServer) -> u64 {
-    let stats = redis.cli(&["INFO", "commandstats"]).unwrap();
-    stats
-        .lines()
-        .filter(|l| l.starts_with("cmdstat_fcall:") || l.starts_with("cmdstat_evalsha:"))
-        .filter_map(|l| {
-            l.split("calls=")
-                .nth(1)?
-                .split(',')
-                .next()?
-                .parse::<u64>()
-                .ok()
-        })
-        .sum()
-}
-
 /// `n` checks of `ada` over HTTP: how many were admitted.
 async fn admitted(server: &support::TestServer, n: usize) -> usize {
     let body = r#"{"domain":"b","descriptors":[{"entries":[{"key":"user","value":"ada"}]}]}"#;
@@ -74,9 +57,9 @@ async fn a_hot_key_is_leased_in_batches_and_its_rest_given_back_at_shutdown() {
     };
 
     let server = start(config(BATCHED)).await;
-    let before = script_calls(&redis);
+    let before = redis.script_calls().unwrap();
     assert_eq!(admitted(&server, 25).await, 25);
-    let calls = script_calls(&redis) - before;
+    let calls = redis.script_calls().unwrap() - before;
     // Four calls before the key is hot, then one lease of ten per ten.
     assert!(calls <= 8, "25 requests made {calls} calls to Redis");
     let stats = server.running.engine.backend().batch_stats().unwrap();

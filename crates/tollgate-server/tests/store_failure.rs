@@ -51,23 +51,6 @@ async fn check_value(server: &support::TestServer, key: &str, value: &str) -> (u
     (status, started.elapsed())
 }
 
-/// Calls of the script Redis has run (`FCALL` or `EVALSHA`).
-fn script_calls(redis: &RedisServer) -> u64 {
-    let stats = redis.cli(&["INFO", "commandstats"]).unwrap();
-    stats
-        .lines()
-        .filter(|l| l.starts_with("cmdstat_fcall:") || l.starts_with("cmdstat_evalsha:"))
-        .filter_map(|l| {
-            l.split("calls=")
-                .nth(1)?
-                .split(',')
-                .next()?
-                .parse::<u64>()
-                .ok()
-        })
-        .sum()
-}
-
 fn redis() -> Option<RedisServer> {
     if skip_requested() {
         eprintln!("TOLLGATE_SKIP_REDIS=1: the store failure tests are skipped");
@@ -86,7 +69,7 @@ async fn an_open_breaker_answers_each_mode_at_once_without_reaching_redis() {
     })
     .await;
     assert_eq!(check(&server, "a").await.0, 200);
-    let before = script_calls(&redis);
+    let before = redis.script_calls().unwrap();
 
     redis.pause().unwrap();
     for _ in 0..3 {
@@ -122,7 +105,7 @@ async fn an_open_breaker_answers_each_mode_at_once_without_reaching_redis() {
     redis.resume().unwrap();
     // Only the three calls made before the breaker opened ever reach Redis.
     tokio::time::sleep(Duration::from_millis(200)).await;
-    assert_eq!(script_calls(&redis) - before, 3);
+    assert_eq!(redis.script_calls().unwrap() - before, 3);
 
     let (_, metrics) = support::get_metrics_text();
     assert!(
