@@ -5,10 +5,24 @@
 //! `TOLLGATE_SKIP_REDIS=1` / `TOLLGATE_SKIP_POSTGRES=1` skips say so).
 //!
 //! Each case cites where its expected answer comes from, as
-//! `envoyproxy/ratelimit <file>:<line>` (or the function, where the line
-//! moves too often to pin). Upstream's defaults are tollgate's defaults, so
-//! the main server runs with no setting at all; the global switches each
-//! get a server of their own on the same store.
+//! `envoyproxy/ratelimit <file>:<line>` or `<file>:<start>-<end>`. Line
+//! numbers refer to envoyproxy/ratelimit as stored at these commits, one per
+//! file (each file read at a version that holds the cited code):
+//!
+//! - src/config/config_impl.go: afec97a7622ad23ede50ed67c7a57b2d771d2d03
+//! - src/limiter/base_limiter.go, src/service/ratelimit.go,
+//!   test/service/ratelimit_test.go: 1dc9d23d8493b6966968fcad42adbb16d6c83cca
+//! - src/limiter/cache_key.go: 5fc35dfcf26efe466ed758fb184cff58ac1d6f6a
+//! - src/redis/fixed_cache_impl.go: 6c6a8bfe65d5a425842b28a873408d59efa7f833
+//! - src/settings/settings.go: 00e75e687256efaa1214f3d24f29757962c2fa42
+//! - src/utils/utilities.go, test/redis/fixed_cache_impl_test.go:
+//!   04f202f0f518cde5eea5d000a86d792cb469190b
+//! - test/config/config_test.go, test/config/wildcard.yaml:
+//!   008b66acb35b95630b2d10aff17f8a7a5a4174e0
+//!
+//! Upstream's defaults are tollgate's defaults, so the main server runs with
+//! no setting at all; the global switches each get a server of their own on
+//! the same store.
 
 mod support;
 
@@ -204,7 +218,7 @@ async fn away_from_the_hour() {
 
 /// `duration_until_reset` is upstream's: the unit minus the time into the
 /// unit's window, windows aligned on the Unix epoch, whole seconds
-/// (envoyproxy/ratelimit src/utils/utilities.go:53-59, `CalculateReset`).
+/// (envoyproxy/ratelimit src/utils/utilities.go:53-60, `CalculateReset`).
 fn assert_epoch_reset(s: &DescriptorStatus, unit_secs: u64) {
     let got = s.duration_until_reset.expect("the reset is always sent");
     assert_eq!(got.nanos, 0, "whole seconds: {got:?}");
@@ -237,10 +251,10 @@ async fn run(store: &str) {
 
     // 1. A first hit: OK, the limit less one, the limit as configured with
     // an empty name (none in the file), the reset from the unit's window.
-    // envoyproxy/ratelimit src/limiter/base_limiter.go
+    // envoyproxy/ratelimit src/limiter/base_limiter.go:125-127
     // (GetResponseDescriptorStatus: OK with overLimitThreshold -
-    // limitAfterIncrease remaining); test/redis/fixed_cache_impl_test.go
-    // (TestRedis: 10 per second, after 5 hits, 5 remaining).
+    // limitAfterIncrease remaining); test/redis/fixed_cache_impl_test.go:180-183
+    // and :225-235 (TestRedis: 10 per second, after 5 hits, 5 remaining).
     let s = hit(&mut c, "basic", "a").await;
     assert!(ok(&s));
     assert_eq!(s.limit_remaining, 2);
@@ -248,16 +262,18 @@ async fn run(store: &str) {
     assert_epoch_reset(&s, 3600);
 
     // 2. current_limit.name is the file's rate_limit.name.
-    // envoyproxy/ratelimit src/config/config_impl.go (NewRateLimit puts
-    // Name in the RateLimitResponse_RateLimit it answers with).
+    // envoyproxy/ratelimit src/config/config_impl.go:86-104 (NewRateLimit puts
+    // Name in the RateLimitResponse_RateLimit it answers with; the file's
+    // name passed at :175-179).
     let s = hit(&mut c, "named", "a").await;
     assert_eq!(limit_of(&s), (5, Unit::Hour as i32, "my_limit"));
 
     // 3. Every hit is counted, a refused one too: past the limit the
     // answer is OVER_LIMIT with 0 remaining and the reset still sent, and
     // a later peek (hits_addend 0) still sees the count past the limit.
-    // envoyproxy/ratelimit src/redis/fixed_cache_impl.go (pipelineAppend:
-    // INCRBY whatever the outcome); base_limiter.go (OVER_LIMIT with 0).
+    // envoyproxy/ratelimit src/redis/fixed_cache_impl.go:37-40 and :238-239
+    // (pipelineAppend: INCRBY whatever the outcome); base_limiter.go:104-107
+    // (OVER_LIMIT with 0).
     for _ in 0..2 {
         hit(&mut c, "basic", "b").await;
     }
@@ -276,7 +292,7 @@ async fn run(store: &str) {
     );
 
     // 4. More hits than the whole limit at once: over, and counted.
-    // envoyproxy/ratelimit src/limiter/base_limiter.go
+    // envoyproxy/ratelimit src/limiter/base_limiter.go:104-107
     // (limitAfterIncrease > overLimitThreshold).
     let big = ask(&mut c, vec![with_hits(descriptor(&[("basic", "c")]), 5)]).await;
     assert_eq!(
@@ -287,7 +303,7 @@ async fn run(store: &str) {
     assert_eq!(peek.statuses[0].code, Code::OverLimit as i32);
 
     // 5. hits_addend 0 on a fresh key only asks: OK, the whole limit left,
-    // the reset sent. envoyproxy/ratelimit src/utils/utilities.go
+    // the reset sent. envoyproxy/ratelimit src/utils/utilities.go:99-102
     // (GetHitsAddends: a descriptor's hits_addend may be zero, "check only").
     let peek = ask(&mut c, vec![with_hits(descriptor(&[("basic", "d")]), 0)]).await;
     assert!(ok(&peek.statuses[0]));
@@ -295,15 +311,17 @@ async fn run(store: &str) {
     assert_epoch_reset(&peek.statuses[0], 3600);
 
     // 6. The request's hits_addend 0 counts as 1.
-    // envoyproxy/ratelimit src/utils/utilities.go (GetHitsAddends: max(1,
-    // request.HitsAddend)).
+    // envoyproxy/ratelimit src/utils/utilities.go:103-106 (GetHitsAddends:
+    // max(1, request.HitsAddend)).
     let s = hit(&mut c, "basic", "e").await;
     assert_eq!(s.limit_remaining, 2);
 
     // 7. shadow_mode: counted, never over; past the limit the status is OK
-    // with 0 remaining. envoyproxy/ratelimit src/limiter/base_limiter.go
+    // with 0 remaining. envoyproxy/ratelimit src/limiter/base_limiter.go:135-141
     // ("If the limit is in ShadowMode, it should be always return OK");
-    // test/service/ratelimit_test.go (TestShadowModeRule... shadow rules OK).
+    // test/service/ratelimit_test.go:274-307 (TestRuleShadowMode: shadow
+    // rules OK); test/redis/fixed_cache_impl_test.go:670-784
+    // (TestOverLimitWithLocalCacheShadowRule: over, still OK, 0 remaining).
     let mut last = None;
     for _ in 0..4 {
         last = Some(ask(&mut c, vec![descriptor(&[("dark", "a")])]).await);
@@ -314,23 +332,24 @@ async fn run(store: &str) {
     assert_eq!(last.statuses[0].limit_remaining, 0, "counted: 4 hits on 2");
 
     // 8. requests_per_unit 0 keeps its unit and its reset, and is over.
-    // envoyproxy/ratelimit src/limiter/base_limiter.go (0 + hits > 0).
+    // envoyproxy/ratelimit src/limiter/base_limiter.go:99 and :104-107
+    // (0 + hits > 0).
     let s = hit(&mut c, "zero", "a").await;
     assert_eq!(s.code, Code::OverLimit as i32);
     assert_eq!(limit_of(&s), (0, Unit::Hour as i32, ""));
     assert_epoch_reset(&s, 3600);
 
     // 9. unlimited: OK, the largest remaining, no current_limit.
-    // envoyproxy/ratelimit src/service/ratelimit.go (isUnlimited: OK with
-    // LimitRemaining MaxUint32).
+    // envoyproxy/ratelimit src/service/ratelimit.go:209-213 (isUnlimited: OK
+    // with LimitRemaining MaxUint32).
     let s = hit(&mut c, "unl", "a").await;
     assert!(ok(&s) && s.current_limit.is_none());
     assert_eq!(s.limit_remaining, u32::MAX);
 
     // 9b. ... and stays so when another matched limit replaces it: it is
     // marked unlimited before the replacing. envoyproxy/ratelimit
-    // src/service/ratelimit.go (constructLimitsToCheck: isUnlimited set
-    // before the replaced limits are dropped).
+    // src/service/ratelimit.go:151-160 and :163-174 (constructLimitsToCheck:
+    // isUnlimited set before the replaced limits are dropped).
     let res = ask(
         &mut c,
         vec![
@@ -342,17 +361,18 @@ async fn run(store: &str) {
     assert_eq!(res.statuses[0].limit_remaining, u32::MAX);
 
     // 10. No limit matched: OK, 0 remaining, no limit and no reset.
-    // envoyproxy/ratelimit src/limiter/base_limiter.go (key "": OK, nil
-    // limit, 0 remaining, no DurationUntilReset).
+    // envoyproxy/ratelimit src/limiter/base_limiter.go:86-89 and :211-216
+    // (key "": OK, nil limit, 0 remaining, no DurationUntilReset).
     let s = hit(&mut c, "nobody", "a").await;
     assert!(ok(&s) && s.current_limit.is_none() && s.duration_until_reset.is_none());
     assert_eq!(s.limit_remaining, 0);
 
     // 11. The request's own limit replaces the file's, named with nothing,
     // even for a descriptor the file does not limit.
-    // envoyproxy/ratelimit src/config/config_impl.go (GetLimit:
+    // envoyproxy/ratelimit src/config/config_impl.go:329-344 (GetLimit:
     // descriptor.GetLimit() != nil gives NewRateLimit(requests, unit, ..,
-    // name "")); test/config/config_test.go (TestDomainMerge... override).
+    // name "")); test/config/config_test.go:260-272 (TestConfigLimitOverride,
+    // :249-327: the override, no name).
     let mut d = descriptor(&[("nobody", "override")]);
     d.limit = Some(RateLimitOverride {
         requests_per_unit: 1,
@@ -365,8 +385,9 @@ async fn run(store: &str) {
     assert_eq!(second.overall_code, Code::OverLimit as i32);
 
     // 12. ... but only in a known domain.
-    // envoyproxy/ratelimit src/config/config_impl.go (GetLimit: unknown
-    // domain, nil before the override is looked at).
+    // envoyproxy/ratelimit src/config/config_impl.go:321-327 (GetLimit:
+    // unknown domain, nil before the override is looked at, :329);
+    // test/config/config_test.go:254-259 (TestConfigLimitOverride).
     let mut other = request(vec![d]);
     other.domain = "elsewhere".into();
     let res = c.should_rate_limit(other).await.unwrap().into_inner();
@@ -374,8 +395,8 @@ async fn run(store: &str) {
 
     // 13. A value ending in `*` matches by prefix, each value with its own
     // counter; a value that does not start so is not limited.
-    // envoyproxy/ratelimit test/config/config_test.go (TestWildcardConfig)
-    // and test/config/wildcard.yaml:4-8.
+    // envoyproxy/ratelimit test/config/config_test.go:589-609
+    // (TestWildcardConfig, :569-626) and test/config/wildcard.yaml:4-8.
     for _ in 0..2 {
         assert!(ok(&hit(&mut c, "wild", "foo1").await));
     }
@@ -388,13 +409,17 @@ async fn run(store: &str) {
 
     // 14. A value without `*` does not match by prefix ("Non-wildcard
     // values don't eager match"). envoyproxy/ratelimit
-    // test/config/config_test.go (TestWildcardConfig).
+    // test/config/config_test.go:611-617 (TestWildcardConfig) and
+    // test/config/wildcard.yaml:9-13.
     assert!(hit(&mut c, "noWild", "foo1").await.current_limit.is_none());
 
     // 15. A `*` inside a value is no wildcard ("Wildcard in the middle of
     // value is not supported"): `bar*b` matches itself only.
-    // envoyproxy/ratelimit test/config/config_test.go (TestWildcardConfig)
-    // and test/config/wildcard.yaml:18-22.
+    // envoyproxy/ratelimit test/config/config_test.go:619-625
+    // (TestWildcardConfig; it asks the key `midWildcard`, not the file's
+    // `midWild`) and test/config/wildcard.yaml:18-22;
+    // src/config/config_impl.go:209-212 (only a value ending in `*` is a
+    // wildcard).
     assert!(hit(&mut c, "midWild", "barab")
         .await
         .current_limit
@@ -402,15 +427,15 @@ async fn run(store: &str) {
     assert_eq!(limit_of(&hit(&mut c, "midWild", "bar*b").await).0, 20);
 
     // 16. Precedence: the exact value, then a wildcard, then the key alone.
-    // envoyproxy/ratelimit src/config/config_impl.go (GetLimit: key_value,
-    // then wildcardKeys, then key).
+    // envoyproxy/ratelimit src/config/config_impl.go:364-389 (GetLimit:
+    // key_value, :370, then wildcardKeys, :373-381, then key, :384-389).
     assert_eq!(limit_of(&hit(&mut c, "prec", "exact").await).0, 7);
     assert_eq!(limit_of(&hit(&mut c, "prec", "exactly").await).0, 8);
     assert_eq!(limit_of(&hit(&mut c, "prec", "other").await).0, 9);
 
     // 17. share_threshold: every value the wildcard matches shares one
-    // counter. envoyproxy/ratelimit src/config/config_impl.go
-    // (shareThreshold, ShareThresholdKeyPattern).
+    // counter. envoyproxy/ratelimit src/config/config_impl.go:203-207,
+    // :391-401 and :483-490 (shareThreshold, ShareThresholdKeyPattern).
     assert!(ok(&hit(&mut c, "shared", "files1").await));
     assert!(ok(&hit(&mut c, "shared", "files2").await));
     assert_eq!(
@@ -420,8 +445,8 @@ async fn run(store: &str) {
 
     // 18. Nested descriptors: the limit of the full path; a request deeper
     // than the configuration, or stopping above its limit, has none.
-    // envoyproxy/ratelimit src/config/config_impl.go (GetLimit: "request
-    // depth does not match config depth").
+    // envoyproxy/ratelimit src/config/config_impl.go:462-494 (GetLimit:
+    // "request depth does not match config depth", :492).
     let full = ask(&mut c, vec![descriptor(&[("parent", "p"), ("child", "x")])]).await;
     assert_eq!(limit_of(&full.statuses[0]).0, 4);
     let short = ask(&mut c, vec![descriptor(&[("parent", "p")])]).await;
@@ -438,9 +463,9 @@ async fn run(store: &str) {
     assert!(deep.statuses[0].current_limit.is_none());
 
     // 19. replaces: a matched limit replacing another by name leaves it
-    // out of the request. envoyproxy/ratelimit src/service/ratelimit.go
-    // (constructLimitsToCheck: replacing); test/service/ratelimit_test.go
-    // (TestServiceWithReplaces...).
+    // out of the request. envoyproxy/ratelimit src/service/ratelimit.go:151-154
+    // and :163-174 (constructLimitsToCheck: replacing); no upstream
+    // TestServiceWithReplaces is stored.
     for _ in 0..3 {
         let res = ask(
             &mut c,
@@ -453,8 +478,11 @@ async fn run(store: &str) {
 
     // 20. quota_mode: a quota over its limit is reported OVER_LIMIT but
     // refuses the request only when every quota group is over; a plain
-    // limit over refuses. envoyproxy/ratelimit src/service/ratelimit.go
-    // (shouldRateLimitWorker: failedRateLimitDescriptors, quotaGroups).
+    // limit over refuses. envoyproxy/ratelimit src/service/ratelimit.go:180-242
+    // (shouldRateLimitWorker) has no quota_mode, failedRateLimitDescriptors
+    // or quotaGroups (none found in the stored versions): there any
+    // OVER_LIMIT status makes the overall code OVER_LIMIT (:214-217), so
+    // this case is tollgate's own, not upstream's.
     hit(&mut c, "quota", "q1").await;
     let res = ask(
         &mut c,
@@ -477,8 +505,8 @@ async fn run(store: &str) {
     assert_eq!(res.overall_code, Code::OverLimit as i32, "every quota over");
 
     // 21. Windows start on the unit's boundary since the epoch, for every
-    // unit. envoyproxy/ratelimit src/utils/utilities.go:53-59
-    // (CalculateReset) and src/limiter/cache_key.go (GenerateCacheKey:
+    // unit. envoyproxy/ratelimit src/utils/utilities.go:53-60
+    // (CalculateReset) and src/limiter/cache_key.go:72-73 (GenerateCacheKey:
     // (now / divider) * divider).
     assert_epoch_reset(&hit(&mut c, "per_minute", "a").await, 60);
     assert_epoch_reset(&hit(&mut c, "per_day", "a").await, 86_400);
@@ -486,9 +514,10 @@ async fn run(store: &str) {
 
     // 22. Without STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT, every descriptor
     // of a refused request is charged.
-    // envoyproxy/ratelimit src/redis/fixed_cache_impl.go (getHitsAddend:
-    // "If stopCacheKeyIncrementWhenOverlimit is false, then we always
-    // increment the cache key").
+    // envoyproxy/ratelimit src/redis/fixed_cache_impl.go:101-104
+    // (getHitsAddend, named getHitsAddendValue at that commit: "If
+    // stopCacheKeyIncrementWhenOverlimit is false, then we always increment
+    // the cache key"); src/settings/settings.go:109 (default false).
     hit(&mut c, "tight", "default").await;
     let res = ask(
         &mut c,
@@ -502,8 +531,9 @@ async fn run(store: &str) {
     assert_eq!(res.statuses[1].limit_remaining, 9);
 
     // 23. With it, only the descriptors that would go over are charged.
-    // envoyproxy/ratelimit src/redis/fixed_cache_impl.go (getHitsAddend;
-    // the GET pipeline before INCRBY); test/redis/fixed_cache_impl_test.go
+    // envoyproxy/ratelimit src/redis/fixed_cache_impl.go:98-126
+    // (getHitsAddend, as getHitsAddendValue; the GET pipeline before INCRBY,
+    // :173-216); test/redis/fixed_cache_impl_test.go:817-828
     // (TestOverLimitWithStopCacheKeyIncrementWhenOverlimitConfig).
     let mut stop = client(&servers.stop).await;
     hit(&mut stop, "tight", "stop").await;
@@ -535,9 +565,9 @@ async fn run(store: &str) {
     );
 
     // 24. SHADOW_MODE: the overall answer is OK, each status still says
-    // OVER_LIMIT. envoyproxy/ratelimit src/service/ratelimit.go ("If there
-    // is a global shadow_mode, it should always return OK");
-    // test/service/ratelimit_test.go (TestServiceGlobalShadowMode).
+    // OVER_LIMIT. envoyproxy/ratelimit src/service/ratelimit.go:234-238 ("If
+    // there is a global shadow_mode, it should always return OK");
+    // test/service/ratelimit_test.go:217-272 (TestServiceGlobalShadowMode).
     let mut shadow = client(&servers.shadow).await;
     hit(&mut shadow, "tight", "shadow").await;
     let res = ask(&mut shadow, vec![descriptor(&[("tight", "shadow")])]).await;
@@ -546,10 +576,12 @@ async fn run(store: &str) {
 
     // 25. LIMIT_RESPONSE_HEADERS_ENABLED: the limit, remaining and reset of
     // the descriptor closest to its limit, under the default names.
-    // envoyproxy/ratelimit src/settings/settings.go
+    // envoyproxy/ratelimit src/settings/settings.go:112-118
     // (LIMIT_LIMIT_HEADER RateLimit-Limit, ...) and src/service/ratelimit.go
-    // (minimumDescriptor; rateLimitResetHeader); test/service/ratelimit_test.go
-    // (TestServiceWithCustomRatelimitHeaders).
+    // (minimumDescriptor, :196-232; rateLimitResetHeader, :261-268);
+    // test/service/ratelimit_test.go:348-405
+    // (TestServiceWithCustomRatelimitHeaders) and :407-458
+    // (TestServiceWithDefaultRatelimitHeaders).
     let mut headers = client(&servers.headers).await;
     let res = ask(
         &mut headers,
@@ -568,7 +600,7 @@ async fn run(store: &str) {
     assert!(reset > 0 && reset <= 3600);
 
     // 26. By default no header is added.
-    // envoyproxy/ratelimit src/settings/settings.go
+    // envoyproxy/ratelimit src/settings/settings.go:112
     // (LIMIT_RESPONSE_HEADERS_ENABLED default false).
     let res = ask(&mut c, vec![descriptor(&[("loose", "none")])]).await;
     assert!(res.response_headers_to_add.is_empty());
@@ -612,7 +644,7 @@ async fn postgres() {
 }
 
 /// share_threshold on a value without `*` is refused when the file loads,
-/// naming it. envoyproxy/ratelimit src/config/config_impl.go
+/// naming it. envoyproxy/ratelimit src/config/config_impl.go:194-201
 /// ("share_threshold can only be used with wildcard values").
 #[test]
 fn share_threshold_without_a_wildcard_is_refused() {
@@ -657,8 +689,9 @@ async fn a_malformed_request_is_an_invalid_argument() {
 
 /// NEAR_LIMIT_RATIO: an admitted hit counts as near the limit once the
 /// count passes floor(limit * ratio). envoyproxy/ratelimit
-/// src/limiter/base_limiter.go (nearLimitThreshold = floor(limit *
-/// nearLimitRatio); checkNearLimitThreshold: limitAfterIncrease > it).
+/// src/limiter/base_limiter.go:102 (nearLimitThreshold = floor(limit *
+/// nearLimitRatio)) and :177-189 (checkNearLimitThreshold:
+/// limitAfterIncrease > it, :178).
 #[tokio::test]
 async fn near_limit_ratio_sets_the_near_limit_statistic() {
     let yaml = "domain: near\ndescriptors:\n  - key: n\n    rate_limit: { unit: hour, requests_per_unit: 10 }\n";
