@@ -80,6 +80,7 @@ mod routes;
 mod rule;
 mod service;
 mod switch;
+pub mod top;
 mod view;
 
 pub use answer::{problem_json, BodyWriter, Reason, Refusal};
@@ -94,4 +95,5 @@ pub use routes::{RouteError, Routes};
 pub use rule::{Fallback, MissingKey, Mode, OnStoreError, Rule, StoreFailure};
 pub use service::{RateLimitService, ResponseFuture};
 pub use switch::KillSwitch;
+pub use top::TopService;
 pub use view::{Labels, PeerAddr, RequestView};
