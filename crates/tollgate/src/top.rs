@@ -301,16 +301,42 @@ impl HeavyHitters {
         summary.record(key, hit, hits);
     }
 
+    /// At least how many hits `key` had over the last `window_ns` at
+    /// `now_ns` (those counted while it was held), and the most any key the
+    /// summaries do not hold could have had (the window's error bound):
+    /// `key` is certainly busier than every dropped key when the first
+    /// exceeds the second. One key's question, without a whole report.
+    pub fn lower_bound(&self, now_ns: u64, window_ns: u64, key: &str) -> (u64, u64) {
+        let (oldest, current) = self.epochs(now_ns, window_ns);
+        let (mut seen, mut dropped) = (0u64, 0u64);
+        let ring = self.ring.lock();
+        for (held, summary) in ring.iter() {
+            if *held == EMPTY || *held < oldest || *held > current {
+                continue;
+            }
+            dropped = dropped.saturating_add(summary.untracked_bound());
+            if let Some(slot) = summary.get(key) {
+                seen = seen.saturating_add(slot.count - slot.error);
+            }
+        }
+        (seen, dropped)
+    }
+
+    /// The oldest and the current sub-window of the last `window_ns`.
+    fn epochs(&self, now_ns: u64, window_ns: u64) -> (u64, u64) {
+        let current = now_ns / self.config.sub_window_ns;
+        let wanted = window_ns
+            .div_ceil(self.config.sub_window_ns)
+            .clamp(1, self.config.sub_windows as u64);
+        (current.saturating_sub(wanted - 1), current)
+    }
+
     /// The `n` keys with the most hits over the last `window_ns` at
     /// `now_ns` (the window cut to whole sub-windows, at most the span
     /// kept), with the window's totals and error bound.
     pub fn report(&self, now_ns: u64, window_ns: u64, n: usize) -> WindowReport {
         let sub = self.config.sub_window_ns;
-        let current = now_ns / sub;
-        let wanted = window_ns
-            .div_ceil(sub)
-            .clamp(1, self.config.sub_windows as u64);
-        let oldest = current.saturating_sub(wanted - 1);
+        let (oldest, current) = self.epochs(now_ns, window_ns);
         let mut totals = Counts::default();
         let mut error_bound = 0u64;
         // Per key: sums over the sub-windows holding it, and the sum of
@@ -491,6 +517,19 @@ mod tests {
         top.record(0, "stale", Hit::Admitted, 1);
         let report = top.report(60 * SEC, 60 * SEC, 10);
         assert_eq!(report.totals.total(), 1);
+    }
+
+    #[test]
+    fn lower_bound_tells_a_busy_key_from_the_dropped_ones() {
+        let top = HeavyHitters::new(config(2));
+        top.record(0, "busy", Hit::Admitted, 5);
+        top.record(0, "a", Hit::Admitted, 1);
+        // `b` takes `a`'s place: held at 2, 1 of them `a`'s.
+        top.record(0, "b", Hit::Admitted, 1);
+        assert_eq!(top.lower_bound(0, 60 * SEC, "busy"), (5, 2));
+        assert_eq!(top.lower_bound(0, 60 * SEC, "b"), (1, 2));
+        assert_eq!(top.lower_bound(0, 60 * SEC, "a"), (0, 2));
+        assert_eq!(top.lower_bound(70 * SEC, 10 * SEC, "busy"), (0, 0));
     }
 
     #[test]

@@ -56,6 +56,10 @@ impl Summary {
         self.totals = Counts::default();
     }
 
+    pub(super) fn get(&self, key: &str) -> Option<&Slot> {
+        self.index.get(key).map(|&slot| &self.slots[slot])
+    }
+
     pub(super) fn slots(&self) -> &[Slot] {
         &self.slots
     }
