@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::StatusCode;
-use tollgate::top::{HeavyHitters, TopConfig};
+use tollgate::top::{HeavyHitters, Top, TopConfig};
 use tollgate::{Backend, BackendError, Clock, MonotonicClock};
 use tower_layer::Layer;
 
@@ -55,7 +55,7 @@ impl<B: Backend> RateLimit<B> {
             client_ip: ClientIp::socket(),
             switch: KillSwitch::new(),
             options: Options::default(),
-            top: TopConfig::default(),
+            top: Summaries::Own(TopConfig::default()),
             clock: Arc::new(MonotonicClock::new()),
         }
     }
@@ -96,8 +96,16 @@ pub struct RateLimitBuilder<B> {
     client_ip: ClientIp,
     switch: KillSwitch,
     options: Options,
-    top: TopConfig,
+    top: Summaries,
     clock: Arc<dyn Clock>,
+}
+
+/// Where a layer's rules keep their heavy-hitter summaries.
+enum Summaries {
+    /// Summaries of their own, of this shape.
+    Own(TopConfig),
+    /// Shared, by rule name: they outlive the layer.
+    In(Arc<Top>),
 }
 
 /// Why a layer could not be built.
@@ -177,7 +185,18 @@ impl<B: Backend> RateLimitBuilder<B> {
     /// [`RateLimit::top_service`] ([`TopConfig::default`]: 100 keys per
     /// 10 s sub-window, ten minutes kept).
     pub fn top(mut self, config: TopConfig) -> Self {
-        self.top = config;
+        self.top = Summaries::Own(config);
+        self
+    }
+
+    /// Counts each rule's keys in `top`'s summary of the rule's name, on
+    /// `clock`: summaries shared with whoever else records there, that
+    /// outlive this layer (a layer rebuilt on a configuration change keeps
+    /// counting where the last one left off). A rule beyond `top`'s
+    /// [`TopConfig::max_rules`] keeps a summary of its own.
+    pub fn top_in(mut self, top: Arc<Top>, clock: Arc<dyn Clock>) -> Self {
+        self.top = Summaries::In(top);
+        self.clock = clock;
         self
     }
 
@@ -205,7 +224,13 @@ impl<B: Backend> RateLimitBuilder<B> {
                     rule: rule.name.to_string(),
                     error,
                 })?;
-            rules.push(Compiled::new(rule, self.top));
+            let top = match &self.top {
+                Summaries::Own(config) => Arc::new(HeavyHitters::new(*config)),
+                Summaries::In(top) => top
+                    .rule(&rule.name)
+                    .unwrap_or_else(|| Arc::new(HeavyHitters::new(*top.config()))),
+            };
+            rules.push(Compiled::new(rule, top));
         }
         Ok(RateLimit {
             gate: Arc::new(Gate {
@@ -247,7 +272,7 @@ pub(crate) struct Compiled {
 }
 
 impl Compiled {
-    fn new(rule: Rule, top: TopConfig) -> Self {
+    fn new(rule: Rule, top: Arc<HeavyHitters>) -> Self {
         let first = rule.policy.limits()[0].quota;
         let (quota, window) = (first.limit(), secs_up(first.period_ns()).max(1));
         let mut policy_member = String::new();
@@ -263,7 +288,7 @@ impl Compiled {
         );
         Compiled {
             metrics: RuleMetrics::new(&rule.name),
-            top: Arc::new(HeavyHitters::new(top)),
+            top,
             quota,
             window,
             policy_member,

@@ -164,3 +164,40 @@ async fn names_the_heavy_hitters_among_many_distinct_keys() {
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert_eq!(bad["field"], "n");
 }
+
+/// Layers built over one shared `Top` (a layer rebuilt on a configuration
+/// change) keep counting in the same summaries.
+#[tokio::test]
+async fn a_rebuilt_layer_keeps_counting_in_shared_summaries() {
+    use std::sync::Arc;
+    use tollgate::top::Top;
+    use tollgate::Clock;
+
+    let clock = FakeClock::new();
+    let shared = Arc::new(Top::new(TopConfig::default()));
+    let build = || {
+        let per_tenant = Rule::new(
+            "per-tenant",
+            Limit::new(Algorithm::FixedWindow, Quota::per_minute(100).unwrap()),
+        )
+        .key(Key::Header(HeaderKey {
+            name: HeaderName::from_static("x-tenant"),
+            hashed: false,
+        }));
+        RateLimit::builder(MemoryBackend::with_clock(clock.clone()))
+            .rule(per_tenant)
+            .top_in(Arc::clone(&shared), Arc::new(clock.clone()))
+            .build()
+            .unwrap()
+    };
+    for _ in 0..2 {
+        let mut svc = build().layer(service_fn(|_req: Request<()>| async {
+            Ok::<_, Infallible>(Response::new(String::from("ok")))
+        }));
+        send(&mut svc, "k", "acme").await;
+    }
+    let summary = shared.rule("per-tenant").unwrap();
+    let report = summary.report(clock.now(), 60_000_000_000, 10);
+    assert_eq!(report.keys[0].key, "header.x-tenant=acme");
+    assert_eq!(report.keys[0].hits, 2);
+}

@@ -207,7 +207,7 @@ pub struct Engine<B> {
     /// without it they fail closed.
     fallback: Option<Arc<dyn Fallback>>,
     /// Each limit's heaviest keys, by path, for `/v1/top`.
-    top: Top,
+    top: Arc<Top>,
     /// The time `top` counts on.
     clock: Arc<dyn Clock>,
 }
@@ -239,7 +239,7 @@ impl<B: Backend> Engine<B> {
             backend,
             answers,
             fallback: None,
-            top: Top::new(TopConfig::default()),
+            top: Arc::new(Top::new(TopConfig::default())),
             clock: Arc::new(MonotonicClock::new()),
         }
     }
@@ -248,14 +248,20 @@ impl<B: Backend> Engine<B> {
     /// shape on `clock` (by default [`TopConfig::default`] on a
     /// [`MonotonicClock`]).
     pub fn with_top(mut self, config: TopConfig, clock: impl Clock + 'static) -> Self {
-        self.top = Top::new(config);
+        self.top = Arc::new(Top::new(config));
         self.clock = Arc::new(clock);
         self
     }
 
-    /// Each limit's heaviest keys, by the limit's path.
-    pub fn top(&self) -> &Top {
+    /// Each limit's heaviest keys, by the limit's path, and the reverse
+    /// proxy's HTTP rules', by name.
+    pub fn top(&self) -> &Arc<Top> {
         &self.top
+    }
+
+    /// The clock [`Engine::top`] counts on.
+    pub fn top_clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
     }
 
     /// The time on the clock [`Engine::top`] counts on.

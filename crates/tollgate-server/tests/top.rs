@@ -176,3 +176,47 @@ async fn the_engines_summaries_follow_its_clock() {
     assert_eq!(report.totals.total(), 0);
     assert!(report.keys.is_empty());
 }
+
+/// The reverse proxy's HTTP rules count their keys in the same summaries,
+/// named by rule.
+#[tokio::test]
+async fn the_proxys_rules_are_in_v1_top() {
+    const RULES: &str = "
+http:
+  rules:
+    - name: per-ip
+      limit: { unit: minute, requests_per_unit: 2 }
+";
+    let app = axum::Router::new().route("/", axum::routing::get(|| async { "hello" }));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let upstream = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let server = support::start_with(RULES, move |o| {
+        o.grpc = None;
+        o.proxy = Some(tollgate_server::server::ProxyOptions {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            upstream,
+            timeout: std::time::Duration::from_secs(30),
+        });
+    })
+    .await;
+    let proxied = format!("http://{}/", server.running.proxy.unwrap());
+    let mut statuses = Vec::new();
+    for _ in 0..5 {
+        statuses.push(support::get(&proxied).await.0);
+    }
+    assert_eq!(statuses, [200, 200, 429, 429, 429]);
+
+    let (status, text) = support::get(&server.http_url("/v1/top")).await;
+    assert_eq!(status, 200, "{text}");
+    let top: Value = serde_json::from_str(&text).unwrap();
+    let per_ip = rule(&top, "per-ip");
+    assert_eq!(per_ip["limit"]["requests"], 2);
+    let client = key(&per_ip["windows"][0], "ip=127.0.0.1");
+    assert_eq!(
+        (client["admitted"].as_u64(), client["refused"].as_u64()),
+        (Some(2), Some(3))
+    );
+    assert_eq!(client["error"], 0);
+    server.running.shutdown().await;
+}

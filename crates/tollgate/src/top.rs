@@ -425,17 +425,25 @@ impl Top {
             summary.record(now_ns, key, hit, hits);
             return;
         }
-        let summary = {
-            let mut rules = self.rules.write();
-            if rules.len() >= self.config.max_rules && !rules.contains_key(rule) {
-                return;
-            }
-            let summary = rules
-                .entry(Arc::from(rule))
-                .or_insert_with(|| Arc::new(HeavyHitters::new(self.config)));
-            Arc::clone(summary)
-        };
-        summary.record(now_ns, key, hit, hits);
+        if let Some(summary) = self.rule(rule) {
+            summary.record(now_ns, key, hit, hits);
+        }
+    }
+
+    /// `rule`'s summary, created if it is new; `None` for a new rule beyond
+    /// [`TopConfig::max_rules`].
+    pub fn rule(&self, rule: &str) -> Option<Arc<HeavyHitters>> {
+        if let Some(summary) = self.rules.read().get(rule) {
+            return Some(Arc::clone(summary));
+        }
+        let mut rules = self.rules.write();
+        if rules.len() >= self.config.max_rules && !rules.contains_key(rule) {
+            return None;
+        }
+        let summary = rules
+            .entry(Arc::from(rule))
+            .or_insert_with(|| Arc::new(HeavyHitters::new(self.config)));
+        Some(Arc::clone(summary))
     }
 
     /// Every rule's summary, by name.

@@ -1,6 +1,7 @@
 //! `GET /v1/top`: each limit's heaviest keys over the last minute and ten
-//! minutes (the HTTP layer's JSON, [`tollgate_http::top`]), by limit path,
-//! each compared with the limit the configuration in force gives it.
+//! minutes (the HTTP layer's JSON, [`tollgate_http::top`]), by limit path
+//! (and the reverse proxy's HTTP rules, by name), each compared with the
+//! limit the configuration in force gives it.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -27,6 +28,12 @@ pub(super) async fn top<B: Backend + 'static>(
         .entries()
         .iter()
         .filter_map(|e| Some((e.path.as_str(), single_limit(&e.action)?)))
+        .chain(
+            config
+                .http_rules()
+                .iter()
+                .filter_map(|r| Some((r.name(), *r.policy().limits().first()?))),
+        )
         .collect();
     let rules = top.rules();
     let rules = rules.iter().map(|(name, summary)| TopRule {
