@@ -159,12 +159,12 @@ impl<B: Backend> Gate<B> {
                 charged,
                 shown: !shadow,
             };
-            let hit = match (decision.allowed, shadow) {
-                (true, _) => Hit::Admitted,
-                (false, true) => Hit::ShadowRefused,
-                (false, false) => Hit::Refused,
-            };
-            self.count_top(rule, &entry.key, hit, cost);
+            self.count_top(
+                rule,
+                &entry.key,
+                Hit::decided(decision.allowed, shadow),
+                cost,
+            );
             if decision.allowed {
                 compiled.metrics.count(Outcome::Allowed);
                 if !shadow {

@@ -60,7 +60,6 @@
 //! into debt; its next requests are denied until the debt is repaid, so the
 //! limit holds over time, exceeded at any moment by at most one request's
 //! underestimate.
-
 //!
 //! # Who is being limited
 //!

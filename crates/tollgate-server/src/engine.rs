@@ -283,11 +283,7 @@ impl<B: Backend> Engine<B> {
         if descriptor.limit.is_some() || descriptor.negative || hits == 0 {
             return;
         }
-        let hit = match (allowed, entry.shadow) {
-            (true, _) => Hit::Admitted,
-            (false, true) => Hit::ShadowRefused,
-            (false, false) => Hit::Refused,
-        };
+        let hit = Hit::decided(allowed, entry.shadow);
         self.top
             .record(&entry.path, self.clock.now(), key, hit, hits);
     }

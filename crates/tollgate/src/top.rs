@@ -61,6 +61,18 @@ pub enum Hit {
     ShadowRefused,
 }
 
+impl Hit {
+    /// What a rule's decision was: admitted, or refused by an enforcing
+    /// rule or, in shadow, only counted as refused.
+    pub fn decided(allowed: bool, shadow: bool) -> Hit {
+        match (allowed, shadow) {
+            (true, _) => Hit::Admitted,
+            (false, true) => Hit::ShadowRefused,
+            (false, false) => Hit::Refused,
+        }
+    }
+}
+
 /// Hits by what the rule did with them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Counts {
