@@ -14,6 +14,7 @@
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
+use tollgate::top::Hit;
 use tollgate::{Backend, BackendError, Decision, Policy, RetryAfter};
 
 use crate::answer::{Reason, Refusal};
@@ -158,6 +159,12 @@ impl<B: Backend> Gate<B> {
                 charged,
                 shown: !shadow,
             };
+            self.count_top(
+                rule,
+                &entry.key,
+                Hit::decided(decision.allowed, shadow),
+                cost,
+            );
             if decision.allowed {
                 compiled.metrics.count(Outcome::Allowed);
                 if !shadow {
@@ -201,6 +208,17 @@ impl<B: Backend> Gate<B> {
             return self.refuse(rule, status, reason, entries);
         }
         Verdict::Admit { entries, delay }
+    }
+
+    /// Counts a decided hit in the rule's heavy-hitter summary, under the
+    /// key without the rule's name in front.
+    fn count_top(&self, rule: usize, key: &str, hit: Hit, cost: u64) {
+        if cost == 0 {
+            return;
+        }
+        let compiled = &self.rules[rule];
+        let key = key.get(compiled.rule.name.len() + 1..).unwrap_or(key);
+        compiled.top.record(self.clock.now(), key, hit, cost);
     }
 
     fn on_store_error(&self, rule: usize, key: &str, cost: u64, error: &BackendError) -> Fallback {

@@ -4,13 +4,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::StatusCode;
-use tollgate::{Backend, BackendError};
+use tollgate::top::{HeavyHitters, Top, TopConfig};
+use tollgate::{Backend, BackendError, Clock, MonotonicClock};
 use tower_layer::Layer;
 
 use crate::answer::{problem_json, BodyWriter};
 use crate::fields::{secs_up, valid_name, write_policy_item, PolicyItem};
 use crate::observe::RuleMetrics;
-use crate::{ClientIp, KillSwitch, RateLimitService, Rule};
+use crate::{ClientIp, KillSwitch, RateLimitService, Rule, TopService};
 
 /// Rate limiting for a tower service (an axum `Router`, a hyper service):
 /// every request is checked against the rules that match it, in order, and
@@ -54,12 +55,29 @@ impl<B: Backend> RateLimit<B> {
             client_ip: ClientIp::socket(),
             switch: KillSwitch::new(),
             options: Options::default(),
+            top: Summaries::Own(TopConfig::default()),
+            clock: Arc::new(MonotonicClock::new()),
         }
     }
 
     /// The layer's kill switch (see [`KillSwitch`]).
     pub fn kill_switch(&self) -> KillSwitch {
         self.gate.switch.clone()
+    }
+
+    /// `GET /v1/top` for this layer's rules: each rule's heaviest keys over
+    /// the last minute and ten minutes, as JSON (see [`crate::top`]). Mount
+    /// it behind the application's own guard: the keys it names are its
+    /// clients (header values appear as their digests, as in the store).
+    pub fn top_service(&self) -> TopService {
+        let rules = self.gate.rules.iter().map(|c| {
+            let limit = c.rule.policy.limits().first().copied();
+            (Arc::clone(&c.rule.name), limit, Arc::clone(&c.top))
+        });
+        TopService {
+            rules: rules.collect(),
+            clock: Arc::clone(&self.gate.clock),
+        }
     }
 }
 
@@ -78,6 +96,16 @@ pub struct RateLimitBuilder<B> {
     client_ip: ClientIp,
     switch: KillSwitch,
     options: Options,
+    top: Summaries,
+    clock: Arc<dyn Clock>,
+}
+
+/// Where a layer's rules keep their heavy-hitter summaries.
+enum Summaries {
+    /// Summaries of their own, of this shape.
+    Own(TopConfig),
+    /// Shared, by rule name: they outlive the layer.
+    In(Arc<Top>),
 }
 
 /// Why a layer could not be built.
@@ -153,6 +181,33 @@ impl<B: Backend> RateLimitBuilder<B> {
         self
     }
 
+    /// The shape of each rule's heavy-hitter summary behind
+    /// [`RateLimit::top_service`] ([`TopConfig::default`]: 100 keys per
+    /// 10 s sub-window, ten minutes kept).
+    pub fn top(mut self, config: TopConfig) -> Self {
+        self.top = Summaries::Own(config);
+        self
+    }
+
+    /// Counts each rule's keys in `top`'s summary of the rule's name, on
+    /// `clock`: summaries shared with whoever else records there, that
+    /// outlive this layer (a layer rebuilt on a configuration change keeps
+    /// counting where the last one left off). A rule beyond `top`'s
+    /// [`TopConfig::max_rules`] keeps a summary of its own.
+    pub fn top_in(mut self, top: Arc<Top>, clock: Arc<dyn Clock>) -> Self {
+        self.top = Summaries::In(top);
+        self.clock = clock;
+        self
+    }
+
+    /// The clock the heavy-hitter summaries are counted on
+    /// ([`MonotonicClock`] by default; a [`FakeClock`](tollgate::FakeClock)
+    /// in tests).
+    pub fn top_clock(mut self, clock: impl Clock + 'static) -> Self {
+        self.clock = Arc::new(clock);
+        self
+    }
+
     /// The layer, once every rule's name and policy are checked.
     pub fn build(self) -> Result<RateLimit<B>, BuildError> {
         let mut rules = Vec::with_capacity(self.rules.len());
@@ -169,7 +224,13 @@ impl<B: Backend> RateLimitBuilder<B> {
                     rule: rule.name.to_string(),
                     error,
                 })?;
-            rules.push(Compiled::new(rule));
+            let top = match &self.top {
+                Summaries::Own(config) => Arc::new(HeavyHitters::new(*config)),
+                Summaries::In(top) => top
+                    .rule(&rule.name)
+                    .unwrap_or_else(|| Arc::new(HeavyHitters::new(*top.config()))),
+            };
+            rules.push(Compiled::new(rule, top));
         }
         Ok(RateLimit {
             gate: Arc::new(Gate {
@@ -178,6 +239,7 @@ impl<B: Backend> RateLimitBuilder<B> {
                 client_ip: self.client_ip,
                 switch: self.switch,
                 options: self.options,
+                clock: self.clock,
             }),
         })
     }
@@ -190,6 +252,8 @@ pub(crate) struct Gate<B> {
     pub(crate) client_ip: ClientIp,
     pub(crate) switch: KillSwitch,
     pub(crate) options: Options,
+    /// The time the heavy-hitter summaries count on.
+    pub(crate) clock: Arc<dyn Clock>,
 }
 
 /// A rule with what its answers need worked out once.
@@ -197,6 +261,8 @@ pub(crate) struct Compiled {
     pub(crate) rule: Rule,
     /// The rule's metric keys.
     pub(crate) metrics: RuleMetrics,
+    /// Its heaviest keys, for `/v1/top`.
+    pub(crate) top: Arc<HeavyHitters>,
     /// `q` and `w` of `RateLimit-Policy`: the policy's first limit.
     pub(crate) quota: u64,
     pub(crate) window: u64,
@@ -206,7 +272,7 @@ pub(crate) struct Compiled {
 }
 
 impl Compiled {
-    fn new(rule: Rule) -> Self {
+    fn new(rule: Rule, top: Arc<HeavyHitters>) -> Self {
         let first = rule.policy.limits()[0].quota;
         let (quota, window) = (first.limit(), secs_up(first.period_ns()).max(1));
         let mut policy_member = String::new();
@@ -222,6 +288,7 @@ impl Compiled {
         );
         Compiled {
             metrics: RuleMetrics::new(&rule.name),
+            top,
             quota,
             window,
             policy_member,

@@ -60,6 +60,28 @@
 //! into debt; its next requests are denied until the debt is repaid, so the
 //! limit holds over time, exceeded at any moment by at most one request's
 //! underestimate.
+//!
+//! # Who is being limited
+//!
+//! Every rule counts its keys' admitted, refused and shadow-refused hits in
+//! a bounded heavy-hitter summary (Space-Saving over 10 s sub-windows,
+//! 100 keys each by default: [`RateLimitBuilder::top`]; the algorithm and
+//! its error bound are in [`tollgate::top`]). [`RateLimit::top_service`]
+//! answers them as JSON ([`top`]: per rule, the totals and the busiest
+//! keys of the last minute and ten minutes, with refusal ratios and how far
+//! over the limit each runs); mount it behind your own authentication, as
+//! it names your clients (header keys appear as their digests):
+//!
+//! ```
+//! # use axum::{routing::get, Router};
+//! # use tollgate::{Algorithm, Limit, MemoryBackend, Quota};
+//! # use tollgate_http::{RateLimit, Rule};
+//! # let per_ip = Rule::new("per-ip", Limit::new(Algorithm::Gcra, Quota::per_minute(100)?));
+//! let limit = RateLimit::builder(MemoryBackend::new()).rule(per_ip).build()?;
+//! let admin: Router = Router::new().route_service("/v1/top", limit.top_service());
+//! let app: Router = Router::new().route("/", get(|| async { "hello" })).layer(limit);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 #![warn(missing_docs)]
 
@@ -80,6 +102,7 @@ mod routes;
 mod rule;
 mod service;
 mod switch;
+pub mod top;
 mod view;
 
 pub use answer::{problem_json, BodyWriter, Reason, Refusal};
@@ -94,4 +117,5 @@ pub use routes::{RouteError, Routes};
 pub use rule::{Fallback, MissingKey, Mode, OnStoreError, Rule, StoreFailure};
 pub use service::{RateLimitService, ResponseFuture};
 pub use switch::KillSwitch;
+pub use top::TopService;
 pub use view::{Labels, PeerAddr, RequestView};

@@ -1,5 +1,5 @@
-//! The HTTP JSON API: `POST /v1/check`, `GET /healthz`, `GET /readyz`,
-//! `GET /metrics`.
+//! The HTTP JSON API: `POST /v1/check`, `GET /v1/top`, `GET /healthz`,
+//! `GET /readyz`, `GET /metrics`.
 //!
 //! A check answers `200` when every descriptor is under its limit and `429`
 //! (with `Retry-After`) when one is over, with the same JSON body; a bad
@@ -11,6 +11,7 @@
 //! ```
 
 mod token;
+mod top;
 
 use std::sync::{Arc, LazyLock};
 use std::time::Instant;
@@ -42,6 +43,7 @@ pub const MAX_CHECK_BODY: usize = 64 * 1024;
 pub fn router<B: Backend + 'static>(engine: Arc<Engine<B>>, token: Option<ApiToken>) -> Router {
     let guarded = Router::new()
         .route("/v1/check", post(check::<B>))
+        .route("/v1/top", get(top::top::<B>))
         .route("/metrics", get(render_metrics));
     let guarded = guard(guarded, token);
     Router::new()

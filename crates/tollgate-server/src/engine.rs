@@ -24,7 +24,10 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
-use tollgate::{Algorithm, Backend, BackendError, Decision, Limit, Policy, Quota};
+use tollgate::top::{Hit, Top, TopConfig};
+use tollgate::{
+    Algorithm, Backend, BackendError, Clock, Decision, Limit, MonotonicClock, Policy, Quota,
+};
 use tollgate_http::{OnStoreError as HttpOnStoreError, Rule};
 
 use crate::answers::{Answers, Counting};
@@ -203,6 +206,10 @@ pub struct Engine<B> {
     /// Decides `on_store_error: fallback` limits when the store fails;
     /// without it they fail closed.
     fallback: Option<Arc<dyn Fallback>>,
+    /// Each limit's heaviest keys, by path, for `/v1/top`.
+    top: Arc<Top>,
+    /// The time `top` counts on.
+    clock: Arc<dyn Clock>,
 }
 
 /// What one descriptor of a request is decided by.
@@ -232,7 +239,53 @@ impl<B: Backend> Engine<B> {
             backend,
             answers,
             fallback: None,
+            top: Arc::new(Top::new(TopConfig::default())),
+            clock: Arc::new(MonotonicClock::new()),
         }
+    }
+
+    /// The same, summarising each limit's heaviest keys in `config`'s
+    /// shape on `clock` (by default [`TopConfig::default`] on a
+    /// [`MonotonicClock`]).
+    pub fn with_top(mut self, config: TopConfig, clock: impl Clock + 'static) -> Self {
+        self.top = Arc::new(Top::new(config));
+        self.clock = Arc::new(clock);
+        self
+    }
+
+    /// Each limit's heaviest keys, by the limit's path, and the reverse
+    /// proxy's HTTP rules', by name.
+    pub fn top(&self) -> &Arc<Top> {
+        &self.top
+    }
+
+    /// The clock [`Engine::top`] counts on.
+    pub fn top_clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    /// The time on the clock [`Engine::top`] counts on.
+    pub fn top_now(&self) -> u64 {
+        self.clock.now()
+    }
+
+    /// Counts a decided descriptor in its limit's heavy-hitter summary. A
+    /// limit the request sent is no rule of the file's (and its paths are
+    /// the client's to invent), and a refund is no hit: neither is counted.
+    fn count_top(
+        &self,
+        entry: &LimitEntry,
+        key: &str,
+        descriptor: &DescriptorRequest,
+        hits: u64,
+        allowed: bool,
+    ) {
+        if descriptor.limit.is_some() || descriptor.negative || hits == 0 {
+            return;
+        }
+        let hit = Hit::decided(allowed, entry.shadow);
+        self.top
+            .record(&entry.path, self.clock.now(), key, hit, hits);
     }
 
     /// The same, answering `on_store_error: fallback` from `fallback`.
@@ -382,15 +435,7 @@ impl<B: Backend> Engine<B> {
         if self.answers.counting == Counting::Upstream {
             if let Some(upstream) = &entry.upstream {
                 return self
-                    .count(
-                        key,
-                        hits,
-                        charge,
-                        descriptor.negative,
-                        entry,
-                        upstream,
-                        &label,
-                    )
+                    .count(key, hits, charge, descriptor, entry, upstream, &label)
                     .await;
             }
         }
@@ -398,6 +443,7 @@ impl<B: Backend> Engine<B> {
             Action::Unlimited => return Ok(DescriptorStatus::unlimited_ok(None)),
             Action::Block => {
                 label.decided(hits, false, false, entry.shadow);
+                self.count_top(entry, key, descriptor, hits, false);
                 let period_ns = entry.upstream.as_ref().map(|u| u.period_ns);
                 return Ok(DescriptorStatus {
                     code: shadowed(Code::OverLimit, entry.shadow),
@@ -435,6 +481,7 @@ impl<B: Backend> Engine<B> {
         let used = decision.limit.saturating_sub(decision.remaining);
         let near = decision.allowed && used > self.answers.near_threshold(decision.limit);
         label.decided(hits, decision.allowed, near, entry.shadow);
+        self.count_top(entry, key, descriptor, hits, decision.allowed);
         let code = if decision.allowed {
             Code::Ok
         } else {
@@ -465,11 +512,12 @@ impl<B: Backend> Engine<B> {
         key: &str,
         hits: u64,
         charge: u64,
-        negative: bool,
+        descriptor: &DescriptorRequest,
         entry: &LimitEntry,
         upstream: &UpstreamLimit,
         label: &metrics::Label,
     ) -> Result<DescriptorStatus, CheckError> {
+        let negative = descriptor.negative;
         let result = if negative {
             self.backend.refund(key, &upstream.counting, hits).await
         } else {
@@ -497,6 +545,7 @@ impl<B: Backend> Engine<B> {
         let count = upstream.requests_per_unit - remaining;
         let near = !over && count > self.answers.near_threshold(upstream.requests_per_unit);
         label.decided(hits, !over, near, entry.shadow);
+        self.count_top(entry, key, descriptor, hits, !over);
         let reset = if reset_after > 0 {
             reset_after
         } else {
@@ -740,7 +789,7 @@ fn shadowed(code: Code, shadow: bool) -> Code {
 }
 
 /// The single limit of a one-limit policy (what tollgate's API details).
-fn single_limit(action: &Action) -> Option<Limit> {
+pub(crate) fn single_limit(action: &Action) -> Option<Limit> {
     match action {
         Action::Limit(policy) => policy.limits().first().copied(),
         _ => None,

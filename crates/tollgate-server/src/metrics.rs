@@ -15,11 +15,14 @@
 //! | `tollgate_breaker_state` | gauge | `store`: 0 closed, 1 half-open, 2 open |
 //!
 //! `rule` is the limit's path in the configuration (`domain.key_value`);
-//! with `detailed_metric: true`, the request's own values instead, for the
-//! first [`DEFAULT_DETAILED_SERIES`] distinct values in the process (see
-//! [`bound_detailed_series`]); the values after those are counted together
-//! under `PATH:other`, so a client sending a new value with every request
-//! cannot grow `/metrics` without end.
+//! with `detailed_metric: true`, the request's own values instead, for at
+//! most [`DEFAULT_DETAILED_SERIES`] distinct values in the process (see
+//! [`bound_detailed_series`]), given to the values that prove busy: seen
+//! at least twice in the last minute, and more often than any value a
+//! bounded heavy-hitter summary of the last minute has dropped (see
+//! [`tollgate::top`]). Every other hit is counted under `PATH:other`, so
+//! neither a client sending a new value with every request nor one-off
+//! values arriving first take the series.
 //!
 //!
 //! The same decisions are also counted under envoyproxy/ratelimit's names,
@@ -49,6 +52,8 @@ use std::sync::{LazyLock, OnceLock};
 use std::time::Instant;
 
 use parking_lot::RwLock;
+use tollgate::top::{HeavyHitters, Hit, TopConfig};
+use tollgate::{Clock, MonotonicClock};
 
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
@@ -114,6 +119,17 @@ static DETAILED_BOUND: AtomicUsize = AtomicUsize::new(DEFAULT_DETAILED_SERIES);
 /// The `detailed_metric` label values that have a series of their own.
 static DETAILED: LazyLock<RwLock<HashSet<String>>> = LazyLock::new(RwLock::default);
 
+/// The last minute of `detailed_metric` label values, in 10 s
+/// sub-windows of at most [`DEFAULT_DETAILED_SERIES`] values each.
+static RECENT: LazyLock<(HeavyHitters, MonotonicClock)> = LazyLock::new(|| {
+    let config =
+        TopConfig::new(DEFAULT_DETAILED_SERIES, 10_000_000_000, 6).expect("a valid summary shape");
+    (HeavyHitters::new(config), MonotonicClock::new())
+});
+
+/// A value's hits before it gets a series: one-off values never do.
+const BUSY_HITS: u64 = 2;
+
 /// Sets how many distinct `detailed_metric` label values get a series of
 /// their own, for the whole process (the recorder is the process's); the
 /// values beyond are counted under `PATH:other`. Values already seen keep
@@ -122,15 +138,22 @@ pub fn bound_detailed_series(max: usize) {
     DETAILED_BOUND.store(max, Ordering::Relaxed);
 }
 
-/// `detailed` if it has, or may still get, a series of its own.
+/// `detailed` if it has, or now gets, a series of its own: once it proved
+/// busy in the last minute, while the bound leaves room.
 fn within_bound(detailed: String, entry: &LimitEntry) -> String {
+    let (recent, clock) = &*RECENT;
+    let now = clock.now();
+    recent.record(now, &detailed, Hit::Admitted, 1);
     if DETAILED.read().contains(&detailed) {
         return detailed;
     }
-    let mut seen = DETAILED.write();
-    if seen.len() < DETAILED_BOUND.load(Ordering::Relaxed) {
-        seen.insert(detailed.clone());
-        return detailed;
+    let (seen, dropped) = recent.lower_bound(now, 60_000_000_000, &detailed);
+    if seen >= BUSY_HITS && seen > dropped {
+        let mut series = DETAILED.write();
+        if series.len() < DETAILED_BOUND.load(Ordering::Relaxed) {
+            series.insert(detailed.clone());
+            return detailed;
+        }
     }
     format!("{}:other", entry.path)
 }

@@ -124,7 +124,11 @@ impl<B: Backend + Clone + 'static> Proxy<B> {
             }
         }
         let mut limit = RateLimit::builder(self.engine.backend().clone())
-            .client_ip(config.http_client_ip().clone());
+            .client_ip(config.http_client_ip().clone())
+            .top_in(
+                Arc::clone(self.engine.top()),
+                Arc::clone(self.engine.top_clock()),
+            );
         for rule in self.engine.http_rules(&config) {
             limit = limit.rule(rule);
         }

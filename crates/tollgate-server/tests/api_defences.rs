@@ -199,13 +199,15 @@ async fn per_value_metric_series_are_bounded() {
     tollgate_server::metrics::bound_detailed_series(3);
     let server = support::start(CONFIG).await;
     let url = server.http_url("/v1/check");
-    for i in 0..20 {
-        assert_eq!(
-            send("POST", &url, &check("tenant", &format!("t{i}"), 1))
-                .await
-                .0,
-            200
-        );
+    // 20 one-off values first, then four busy ones: the series go to the
+    // busy values (from their second hit), three of them, not to the
+    // values that came first.
+    let mut values: Vec<String> = (0..20).map(|i| format!("t{i}")).collect();
+    for _ in 0..3 {
+        values.extend(["b0", "b1", "b2", "b3"].map(String::from));
+    }
+    for value in &values {
+        assert_eq!(send("POST", &url, &check("tenant", value, 1)).await.0, 200);
     }
     let text = support::get_metrics_text().1;
     let series: Vec<&str> = text
@@ -213,8 +215,13 @@ async fn per_value_metric_series_are_bounded() {
         .filter(|l| l.starts_with("tollgate_server_hits_total{rule=\"web.tenant"))
         .collect();
     assert_eq!(series.len(), 4, "{series:#?}");
+    for busy in ["b0", "b1", "b2"] {
+        let own = format!("tollgate_server_hits_total{{rule=\"web.tenant_{busy}\"}} 2");
+        assert!(series.contains(&own.as_str()), "{series:#?}");
+    }
+    // The one-offs, each busy value's first hit, and `b3`'s three.
     assert!(
-        series.contains(&"tollgate_server_hits_total{rule=\"web.tenant:other\"} 17"),
+        series.contains(&"tollgate_server_hits_total{rule=\"web.tenant:other\"} 26"),
         "{series:#?}"
     );
     server.running.shutdown().await;

@@ -15,6 +15,8 @@
 //!   fallback holding this instance's share ([`OnStoreError`]);
 //! - [`Batched`]: batched reservations, leasing hot keys' units from the
 //!   store and spending them in process;
+//! - [`top`]: who is being limited right now, a bounded heavy-hitter
+//!   summary of each rule's keys over sliding windows;
 //! - [`Clock`]: [`MonotonicClock`] by default, [`FakeClock`] for tests.
 //!
 //! What every decision means, for every algorithm and store, is written down
@@ -73,6 +75,7 @@ mod sharded;
 #[cfg(feature = "async")]
 mod store;
 mod table;
+pub mod top;
 
 #[cfg(feature = "async")]
 pub use backend::{Backend, BackendError, Operation};
