@@ -16,6 +16,10 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch, Semaphore};
 use tokio::task::JoinHandle;
+use tonic::service::Routes;
+use tonic_health::pb::health_server::HealthServer;
+use tonic_health::server::{HealthReporter, HealthService};
+use tonic_health::ServingStatus;
 use tower::util::BoxCloneService;
 
 use crate::config::{Config, ConfigError, DirectoryOptions, Source};
@@ -27,6 +31,10 @@ use crate::{api, grpc, metrics, reload, upstream};
 
 /// Time past the drain bound that shutdown waits for a worker thread.
 const DRAIN_SLACK: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The service name envoyproxy/ratelimit reports in the gRPC health service
+/// (`grpc.health.v1.Health`), next to the whole server's `""`.
+const GRPC_HEALTH_NAME: &str = "ratelimit";
 
 /// What to serve, and where.
 #[derive(Clone, Debug)]
@@ -172,6 +180,8 @@ struct Shared {
     engine: Arc<Engine<Arc<GuardedStore>>>,
     limits: ListenerLimits,
     health: upstream::Health,
+    /// `grpc.health.v1.Health` on the gRPC listener, as envoyproxy/ratelimit.
+    grpc_health: HealthServer<HealthService>,
     http_token: Option<api::ApiToken>,
     stopping: watch::Receiver<bool>,
     /// Each address's connections, counted over all workers.
@@ -192,9 +202,10 @@ impl Shared {
         let mut tasks = Vec::new();
         if let Some(socket) = sockets.grpc {
             let service = grpc::RlsService::server(Arc::clone(&self.engine));
+            let routes = Routes::new(service).add_service(self.grpc_health.clone());
             tasks.push(tokio::spawn(listener::grpc::serve(
                 TcpListener::from_std(socket)?,
-                BoxCloneService::new(service),
+                BoxCloneService::new(routes),
                 self.limits,
                 Arc::clone(&self.grpc_permits),
                 self.stopping.clone(),
@@ -348,10 +359,20 @@ pub async fn start(options: ServeOptions) -> Result<Running, ServeError> {
         async move { backend.sweep(stopping).await }
     });
     let permits = || Arc::new(Semaphore::new(options.limits.max_connections));
+    let reporter = HealthReporter::new();
+    reporter
+        .set_service_status(GRPC_HEALTH_NAME, ServingStatus::Serving)
+        .await;
+    let grpc_health = HealthServer::new(HealthService::from_health_reporter(reporter.clone()));
+    drop(tokio::spawn(not_serving_once_stopping(
+        reporter,
+        stopping.clone(),
+    )));
     let shared = Shared {
         engine: Arc::clone(&engine),
         limits: options.limits,
         health: options.health,
+        grpc_health,
         http_token: options.http_token.clone(),
         stopping: stopping.clone(),
         grpc_permits: permits(),
@@ -485,4 +506,16 @@ async fn stop_signal() {
         }
     }
     let _ = tokio::signal::ctrl_c().await;
+}
+
+/// Turns the gRPC health service to `NOT_SERVING` once shutdown starts, as
+/// envoyproxy/ratelimit does on `SIGTERM`, so that a client's health check
+/// moves its traffic elsewhere while the calls in flight drain.
+async fn not_serving_once_stopping(reporter: HealthReporter, mut stopping: watch::Receiver<bool>) {
+    listener::stopped(&mut stopping).await;
+    for name in ["", GRPC_HEALTH_NAME] {
+        reporter
+            .set_service_status(name, ServingStatus::NotServing)
+            .await;
+    }
 }

@@ -299,3 +299,39 @@ async fn empty_domain_and_empty_descriptors_are_invalid_arguments() {
 async fn reqwest_free_get(url: &str) -> String {
     support::get(url).await.1
 }
+
+/// envoyproxy/ratelimit serves gRPC's health service on its gRPC port, as
+/// `""` and `ratelimit` (src/server/server_impl.go, src/server/health.go):
+/// load balancers and Kubernetes gRPC probes ask it there.
+#[tokio::test]
+async fn the_grpc_health_service_answers_serving() {
+    use tonic_health::pb::health_check_response::ServingStatus;
+    use tonic_health::pb::health_client::HealthClient;
+    use tonic_health::pb::HealthCheckRequest;
+
+    let server = start_tollgate().await;
+    let channel = Channel::from_shared(server.grpc_url())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut health = HealthClient::new(channel);
+    for service in ["", "ratelimit"] {
+        let answer = health
+            .check(HealthCheckRequest {
+                service: service.into(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(answer.status(), ServingStatus::Serving, "{service:?}");
+    }
+    let unknown = health
+        .check(HealthCheckRequest {
+            service: "other".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(unknown.code(), tonic::Code::NotFound);
+    server.running.shutdown().await;
+}
