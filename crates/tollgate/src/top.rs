@@ -245,11 +245,14 @@ pub struct WindowReport {
 
 impl WindowReport {
     /// How far `key` runs over `limit` in this window: its hits divided by
-    /// what the limit admits in the time covered (2.0: twice the limit);
-    /// `None` for a limit that admits nothing.
+    /// what the limit admits in the time covered, and never less than one
+    /// period's quota, which any limit lets through in a span shorter than
+    /// its period (2.0: twice the limit); `None` for a limit that admits
+    /// nothing.
     pub fn limit_ratio(&self, key: &KeyCount, limit: &Limit) -> Option<f64> {
-        let allowed = limit.quota.limit() as f64 * self.covered_ns as f64
-            / limit.quota.period_ns().max(1) as f64;
+        let period = limit.quota.period_ns().max(1);
+        let allowed =
+            limit.quota.limit() as f64 * self.covered_ns.max(period) as f64 / period as f64;
         (allowed > 0.0).then(|| key.hits as f64 / allowed)
     }
 }
@@ -573,6 +576,23 @@ mod tests {
             .limit_ratio(&report.keys[0], &limit)
             .expect("a limit");
         assert!((ratio - 2.0).abs() < 1e-6, "{ratio}");
+    }
+
+    #[test]
+    fn limit_ratio_counts_at_least_one_period_of_quota() {
+        // 60 hits in the 2 s since a server started, under 50 a minute: 1.2
+        // times the quota, not 36 times a 2 s share of it.
+        let top = HeavyHitters::new(config(10));
+        top.record(0, "acme", Hit::Admitted, 60);
+        let report = top.report(2 * SEC, 60 * SEC, 10);
+        let limit = Limit::new(
+            tollgate_core::Algorithm::FixedWindow,
+            tollgate_core::Quota::per_minute(50).expect("valid"),
+        );
+        let ratio = report
+            .limit_ratio(&report.keys[0], &limit)
+            .expect("a limit");
+        assert!((ratio - 1.2).abs() < 1e-6, "{ratio}");
     }
 
     #[test]
