@@ -117,5 +117,5 @@ pub use routes::{RouteError, Routes};
 pub use rule::{Fallback, MissingKey, Mode, OnStoreError, Rule, StoreFailure};
 pub use service::{RateLimitService, ResponseFuture};
 pub use switch::KillSwitch;
-pub use top::TopService;
+pub use top::{TopPage, TopService};
 pub use view::{Labels, PeerAddr, RequestView};
