@@ -170,7 +170,7 @@ fn rows<'a>(dom: &'a str, rule: &str) -> Vec<&'a str> {
         .find(&open)
         .unwrap_or_else(|| panic!("the page shows no rule {rule}: {dom}"));
     let section = &dom[start..start + dom[start..].find("</section>").unwrap()];
-    section.split("<tr>").skip(2).collect()
+    section.split("<tr").skip(2).collect()
 }
 
 #[tokio::test]
