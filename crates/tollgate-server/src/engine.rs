@@ -23,12 +23,12 @@ use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use arc_swap::ArcSwap;
 use tollgate::top::{Hit, Top, TopConfig};
 use tollgate::{
     Algorithm, Backend, BackendError, Clock, Decision, Limit, MonotonicClock, Policy, Quota,
+    UnixClock,
 };
 use tollgate_http::{OnStoreError as HttpOnStoreError, Rule};
 
@@ -209,13 +209,6 @@ pub struct Provenance {
     pub health: Arc<dyn StoreHealth>,
 }
 
-/// Seconds since the Unix epoch, now.
-fn unix_now_s() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}
-
 /// The decision engine: the current configuration (swapped whole on
 /// reload) over one store.
 pub struct Engine<B> {
@@ -229,8 +222,11 @@ pub struct Engine<B> {
     top: Arc<Top>,
     /// The time `top` counts on.
     clock: Arc<dyn Clock>,
-    /// When the configuration in force was put in force (Unix seconds).
-    loaded_at_s: AtomicU64,
+    /// When the configuration in force was put in force (Unix
+    /// nanoseconds, on `wall`).
+    loaded_at: AtomicU64,
+    /// The time `loaded_at` is read on.
+    wall: Arc<dyn Clock>,
     /// Where the configuration and store come from, when a server said.
     provenance: Option<Provenance>,
 }
@@ -264,9 +260,24 @@ impl<B: Backend> Engine<B> {
             fallback: None,
             top: Arc::new(Top::new(TopConfig::default())),
             clock: Arc::new(MonotonicClock::new()),
-            loaded_at_s: AtomicU64::new(unix_now_s()),
+            loaded_at: AtomicU64::new(0),
+            wall: Arc::new(UnixClock::new()),
             provenance: None,
         }
+        .loaded_now()
+    }
+
+    /// Records that the configuration in force was put in force now.
+    fn loaded_now(self) -> Self {
+        self.loaded_at.store(self.wall.now(), Ordering::Relaxed);
+        self
+    }
+
+    /// The same, with the time of the configuration's loads read on
+    /// `clock` (Unix nanoseconds; [`UnixClock`] by default).
+    pub fn with_wall_clock(mut self, clock: impl Clock + 'static) -> Self {
+        self.wall = Arc::new(clock);
+        self.loaded_now()
     }
 
     /// The same, telling `/v1/top` where its configuration and store come
@@ -283,7 +294,7 @@ impl<B: Backend> Engine<B> {
 
     /// When the configuration in force was put in force (Unix seconds).
     pub fn loaded_at_s(&self) -> u64 {
-        self.loaded_at_s.load(Ordering::Relaxed)
+        self.loaded_at.load(Ordering::Relaxed) / 1_000_000_000
     }
 
     /// The same, summarising each limit's heaviest keys in `config`'s
@@ -366,7 +377,7 @@ impl<B: Backend> Engine<B> {
             tracing::warn!("the `store` section changed: it applies from the next start, the running store keeps its settings");
         }
         self.config.store(Arc::new(config));
-        self.loaded_at_s.store(unix_now_s(), Ordering::Relaxed);
+        self.loaded_at.store(self.wall.now(), Ordering::Relaxed);
     }
 
     /// The store.

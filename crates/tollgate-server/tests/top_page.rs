@@ -236,6 +236,18 @@ async fn chromium_shows_the_heavy_hitters_the_json_names() {
         assert_eq!(dom.matches(&label).count(), 2, "a {chart} chart per rule");
     }
 
+    // Without the token (another tab: a fresh profile), the page asks for
+    // it and shows nothing.
+    let fresh = tempfile::tempdir().unwrap();
+    let args = ["--dump-dom".into(), "--virtual-time-budget=5000".into()];
+    let bare = headless(chromium, fresh.path(), &args, &server.http_url("/top")).await;
+    assert!(
+        bare.contains(r#"<form id="login" class="shown">"#),
+        "{bare}"
+    );
+    assert!(bare.contains("this server needs its API token"), "{bare}");
+    assert!(!bare.contains("heavy-b"), "{bare}");
+
     let shot = dir.join("top.png");
     let _ = std::fs::remove_file(&shot);
     let args = [
@@ -257,4 +269,31 @@ async fn chromium_shows_the_heavy_hitters_the_json_names() {
         dir.join("top.html").display()
     );
     server.running.shutdown().await;
+}
+
+/// The load time `/v1/top` reports follows a reload, not the start only.
+#[test]
+fn a_reload_records_its_time() {
+    use std::time::Duration;
+    use tollgate::{FakeClock, MemoryBackend};
+    use tollgate_server::config::Config;
+    use tollgate_server::engine::Engine;
+
+    let clock = FakeClock::new();
+    clock.set(1_764_600_000_000_000_000);
+    let config = Config::parse("limits.yaml", CONFIG).unwrap();
+    let engine = Engine::new(config.clone(), MemoryBackend::new()).with_wall_clock(clock.clone());
+    assert_eq!(engine.loaded_at_s(), 1_764_600_000);
+    clock.advance(Duration::from_secs(90));
+    assert_eq!(engine.loaded_at_s(), 1_764_600_000, "only a load moves it");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("limits.yaml");
+    std::fs::write(&path, CONFIG).unwrap();
+    tollgate_server::reload::reload(&engine, &path).unwrap();
+    assert_eq!(engine.loaded_at_s(), 1_764_600_090);
+    // A file that does not load leaves the running configuration, and its time.
+    clock.advance(Duration::from_secs(10));
+    std::fs::write(&path, "domain: [").unwrap();
+    assert!(tollgate_server::reload::reload(&engine, &path).is_err());
+    assert_eq!(engine.loaded_at_s(), 1_764_600_090);
 }
