@@ -257,12 +257,23 @@ async fn chromium_shows_the_heavy_hitters_the_json_names() {
         "--virtual-time-budget=60000".into(),
     ];
     headless(chromium, profile.path(), &args, &url).await;
-    let png = std::fs::read(&shot).unwrap();
-    assert!(
-        png.starts_with(b"\x89PNG"),
-        "no screenshot at {}",
-        shot.display()
-    );
+    // And as a phone shows it.
+    let phone = dir.join("top-phone.png");
+    let _ = std::fs::remove_file(&phone);
+    let args = [
+        format!("--screenshot={}", phone.display()),
+        "--window-size=390,1400".into(),
+        "--virtual-time-budget=10000".into(),
+    ];
+    headless(chromium, profile.path(), &args, &url).await;
+    for shot in [&shot, &phone] {
+        let png = std::fs::read(shot).unwrap();
+        assert!(
+            png.starts_with(b"\x89PNG"),
+            "no screenshot at {}",
+            shot.display()
+        );
+    }
     eprintln!(
         "the page: {} and {}",
         shot.display(),
