@@ -1,7 +1,9 @@
 //! The live page (`GET /top`) through a running server: served without the
 //! token but holding no data, and, in headless Chromium, showing the heavy
 //! hitters `/v1/top` names with the same counts, the store's state and the
-//! configuration's source. The browser test fails when `chromium` is
+//! configuration's source; a store's password shown nowhere (on a Redis
+//! with a password: TOLLGATE_SKIP_REDIS=1 skips it, saying so); the load
+//! time following a reload. The browser test fails when `chromium` is
 //! missing, unless `TOLLGATE_SKIP_BROWSER=1`.
 
 mod support;
@@ -307,4 +309,35 @@ fn a_reload_records_its_time() {
     std::fs::write(&path, "domain: [").unwrap();
     assert!(tollgate_server::reload::reload(&engine, &path).is_err());
     assert_eq!(engine.loaded_at_s(), 1_764_600_090);
+}
+
+/// A store's password is in neither `/v1/top` nor the page.
+#[tokio::test]
+async fn the_store_password_is_never_shown() {
+    use tollgate_redis::harness::{skip_requested, RedisServer};
+    if skip_requested() {
+        eprintln!("TOLLGATE_SKIP_REDIS=1: skipped");
+        return;
+    }
+    let redis =
+        RedisServer::start_with_password("hunter2-secret").unwrap_or_else(|e| panic!("{e}"));
+    let url = format!("redis://:hunter2-secret@127.0.0.1:{}", redis.port());
+    let server = support::start_with(CONFIG, |o| o.store = url.clone()).await;
+    let body = format!(
+        r#"{{"domain":"api","descriptors":[{}]}}"#,
+        descriptor("user", "ada", 1)
+    );
+    let (status, text, _) = send_with("POST", &server.http_url("/v1/check"), &body, &[]).await;
+    assert_eq!(status, 200, "{text}");
+    let (_, text, _) = send_with("GET", &server.http_url("/v1/top"), "", &[]).await;
+    assert!(!text.contains("hunter2-secret"), "{text}");
+    let top: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(top["store"]["url"], tollgate_redis::redact(&url));
+    assert!(
+        top["store"]["url"].as_str().unwrap().contains("***"),
+        "{text}"
+    );
+    let (_, html, _) = send_with("GET", &server.http_url("/top"), "", &[]).await;
+    assert!(!html.contains("hunter2-secret"));
+    server.running.shutdown().await;
 }
