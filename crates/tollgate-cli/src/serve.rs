@@ -107,7 +107,8 @@ pub struct Args {
     /// Do not serve the gRPC API.
     #[arg(long, env = "TOLLGATE_NO_GRPC")]
     no_grpc: bool,
-    /// Address of the HTTP JSON API, /healthz, /readyz and /metrics.
+    /// Address of the HTTP JSON API, the live page /top, /healthz, /readyz
+    /// and /metrics.
     #[arg(
         long,
         value_name = "ADDR",
@@ -116,7 +117,8 @@ pub struct Args {
     )]
     http_listen: SocketAddr,
     /// A file holding the bearer token that /v1/* and /metrics then need
-    /// (`Authorization: Bearer TOKEN`); /healthz, /readyz and gRPC stay open.
+    /// (`Authorization: Bearer TOKEN`); /healthz, /readyz, /top (a page
+    /// holding no data: open /top#token=TOKEN) and gRPC stay open.
     #[arg(long, value_name = "FILE", env = "TOLLGATE_HTTP_TOKEN_FILE")]
     http_token_file: Option<PathBuf>,
     /// Reverse proxy mode: put the file's `http` rules in front of this service (http://HOST:PORT).

@@ -11,7 +11,7 @@ use tower_layer::Layer;
 use crate::answer::{problem_json, BodyWriter};
 use crate::fields::{secs_up, valid_name, write_policy_item, PolicyItem};
 use crate::observe::RuleMetrics;
-use crate::{ClientIp, KillSwitch, RateLimitService, Rule, TopService};
+use crate::{ClientIp, KillSwitch, RateLimitService, Rule, TopPage, TopService};
 
 /// Rate limiting for a tower service (an axum `Router`, a hyper service):
 /// every request is checked against the rules that match it, in order, and
@@ -78,6 +78,14 @@ impl<B: Backend> RateLimit<B> {
             rules: rules.collect(),
             clock: Arc::clone(&self.gate.clock),
         }
+    }
+
+    /// The live page over [`RateLimit::top_service`] mounted at
+    /// `/v1/top` (see [`TopPage`]; [`TopPage::polling`] for another path).
+    /// It holds no data, so it may be served unguarded; the JSON it polls
+    /// must not be.
+    pub fn top_page_service(&self) -> TopPage {
+        TopPage::polling("/v1/top")
     }
 }
 

@@ -70,7 +70,10 @@
 //! answers them as JSON ([`top`]: per rule, the totals and the busiest
 //! keys of the last minute and ten minutes, with refusal ratios and how far
 //! over the limit each runs); mount it behind your own authentication, as
-//! it names your clients (header keys appear as their digests):
+//! it names your clients (header keys appear as their digests).
+//! [`RateLimit::top_page_service`] is a live page over it ([`TopPage`]:
+//! charts and tables, no asset from elsewhere), which holds no data itself:
+//!
 //!
 //! ```
 //! # use axum::{routing::get, Router};
@@ -78,7 +81,9 @@
 //! # use tollgate_http::{RateLimit, Rule};
 //! # let per_ip = Rule::new("per-ip", Limit::new(Algorithm::Gcra, Quota::per_minute(100)?));
 //! let limit = RateLimit::builder(MemoryBackend::new()).rule(per_ip).build()?;
-//! let admin: Router = Router::new().route_service("/v1/top", limit.top_service());
+//! let admin: Router = Router::new()
+//!     .route_service("/v1/top", limit.top_service())
+//!     .route_service("/top", limit.top_page_service());
 //! let app: Router = Router::new().route("/", get(|| async { "hello" })).layer(limit);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
@@ -117,5 +122,5 @@ pub use routes::{RouteError, Routes};
 pub use rule::{Fallback, MissingKey, Mode, OnStoreError, Rule, StoreFailure};
 pub use service::{RateLimitService, ResponseFuture};
 pub use switch::KillSwitch;
-pub use top::TopService;
+pub use top::{TopPage, TopService};
 pub use view::{Labels, PeerAddr, RequestView};

@@ -119,6 +119,15 @@ fn window_out<'a>(report: &'a WindowReport, limit: Option<&Limit>) -> WindowOut<
 
 /// The JSON body of `/v1/top` for `rules` at `now_ns`, `n` keys per window.
 pub fn top_json<'a>(rules: impl IntoIterator<Item = TopRule<'a>>, now_ns: u64, n: usize) -> String {
+    top_value(rules, now_ns, n).to_string()
+}
+
+/// [`top_json`]'s body as a value, for a server that adds its own fields.
+pub fn top_value<'a>(
+    rules: impl IntoIterator<Item = TopRule<'a>>,
+    now_ns: u64,
+    n: usize,
+) -> serde_json::Value {
     let rules: Vec<(TopRule<'a>, Vec<WindowReport>)> = rules
         .into_iter()
         .map(|rule| {
@@ -143,7 +152,7 @@ pub fn top_json<'a>(rules: impl IntoIterator<Item = TopRule<'a>>, now_ns: u64, n
                 .collect(),
         })
         .collect();
-    serde_json::json!({ "rules": out }).to_string()
+    serde_json::json!({ "rules": out })
 }
 
 /// How many keys a `/v1/top` query asks for (`n=`, 1 to `max`), or why it
@@ -213,6 +222,74 @@ impl<B> tower_service::Service<Request<B>> for TopService {
                 serde_json::json!({ "error": message, "field": "n" }).to_string(),
             ),
         };
+        ready(Ok(response))
+    }
+}
+
+/// The live page's HTML, with `{{JSON_PATH}}` where the JSON's path goes.
+const PAGE: &str = include_str!("top.html");
+
+/// The live page over `/v1/top`, as a tower service: one HTML document, no
+/// asset fetched from anywhere, whose script polls the JSON every 3 s and
+/// draws each rule's rates over the last five minutes, its top keys and
+/// (when the JSON has them, as `tollgate serve`'s does) the store's state
+/// and the configuration in force. The page holds no data itself: it shows
+/// what the JSON's guard lets through. The token it sends as
+/// `Authorization: Bearer` comes from the link's fragment (`#token=...`,
+/// which browsers never send to a server) or a form, and stays in the
+/// tab's `sessionStorage`. From
+/// [`RateLimit::top_page_service`](crate::RateLimit::top_page_service), or
+/// [`TopPage::polling`] for a JSON mounted elsewhere.
+#[derive(Clone)]
+pub struct TopPage {
+    html: Arc<str>,
+}
+
+impl TopPage {
+    /// The page polling the JSON at `json_path` (an absolute path on the
+    /// page's own origin, such as `/v1/top`).
+    pub fn polling(json_path: &str) -> Self {
+        let escaped = json_path
+            .replace('&', "&amp;")
+            .replace('"', "&quot;")
+            .replace('<', "&lt;");
+        TopPage {
+            html: PAGE.replace("{{JSON_PATH}}", &escaped).into(),
+        }
+    }
+
+    /// The page's HTML.
+    pub fn html(&self) -> &str {
+        &self.html
+    }
+}
+
+impl<B> tower_service::Service<Request<B>> for TopPage {
+    type Response = Response<String>;
+    type Error = Infallible;
+    type Future = Ready<Result<Response<String>, Infallible>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _request: Request<B>) -> Self::Future {
+        let mut response = Response::new(self.html.to_string());
+        let headers = response.headers_mut();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/html; charset=utf-8"),
+        );
+        // Its own script and style only; nothing loaded from elsewhere,
+        // nothing framed, polling only its own origin.
+        headers.insert(
+            header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_static(
+                "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; \
+                 connect-src 'self'; frame-ancestors 'none'",
+            ),
+        );
+        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
         ready(Ok(response))
     }
 }

@@ -1,5 +1,6 @@
 //! The HTTP JSON API: `POST /v1/check`, `GET /v1/top`, `GET /healthz`,
-//! `GET /readyz`, `GET /metrics`.
+//! `GET /readyz`, `GET /metrics`, and `GET /top`, the live page over
+//! `/v1/top` ([`tollgate_http::TopPage`]).
 //!
 //! A check answers `200` when every descriptor is under its limit and `429`
 //! (with `Retry-After`) when one is over, with the same JSON body; a bad
@@ -25,7 +26,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use tollgate::{Algorithm, Backend, BackendError, Limit, Policy, Quota};
-use tollgate_http::fields;
+use tollgate_http::{fields, TopPage};
 
 use crate::engine::{
     AppliedLimit, CheckError, CheckRequest, CheckResponse, Code, DescriptorRequest,
@@ -39,7 +40,8 @@ pub use self::token::{ApiToken, TokenError};
 pub const MAX_CHECK_BODY: usize = 64 * 1024;
 
 /// The API's routes over a shared engine; with a `token`, `/v1/*` and
-/// `/metrics` need it ([`token`]), the health probes never do.
+/// `/metrics` need it ([`token`]), the health probes never do, nor does
+/// `/top`, a page holding no data that polls `/v1/top` with the token.
 pub fn router<B: Backend + 'static>(engine: Arc<Engine<B>>, token: Option<ApiToken>) -> Router {
     let guarded = Router::new()
         .route("/v1/check", post(check::<B>))
@@ -52,6 +54,7 @@ pub fn router<B: Backend + 'static>(engine: Arc<Engine<B>>, token: Option<ApiTok
             get(|| async { Json(serde_json::json!({"status": "ok"})) }),
         )
         .route("/readyz", get(ready::<B>))
+        .route_service("/top", TopPage::polling("/v1/top"))
         .merge(guarded)
         .with_state(engine)
 }

@@ -21,19 +21,21 @@
 
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use tollgate::top::{Hit, Top, TopConfig};
 use tollgate::{
     Algorithm, Backend, BackendError, Clock, Decision, Limit, MonotonicClock, Policy, Quota,
+    UnixClock,
 };
 use tollgate_http::{OnStoreError as HttpOnStoreError, Rule};
 
 use crate::answers::{Answers, Counting};
 use crate::config::{Action, Config, LimitEntry, Match, StoreErrorMode, UpstreamLimit};
 use crate::metrics;
-use crate::store::{Fallback, RuleFallback};
+use crate::store::{Fallback, RuleFallback, StoreHealth};
 
 const NS_PER_SEC: u64 = 1_000_000_000;
 
@@ -197,6 +199,16 @@ pub enum CheckError {
     },
 }
 
+/// Where a server's configuration and store come from, for `/v1/top`.
+pub struct Provenance {
+    /// The configuration's source: its file, or what stands for none.
+    pub config_source: String,
+    /// The store's URL, its password redacted.
+    pub store_url: String,
+    /// The store's breaker.
+    pub health: Arc<dyn StoreHealth>,
+}
+
 /// The decision engine: the current configuration (swapped whole on
 /// reload) over one store.
 pub struct Engine<B> {
@@ -210,6 +222,13 @@ pub struct Engine<B> {
     top: Arc<Top>,
     /// The time `top` counts on.
     clock: Arc<dyn Clock>,
+    /// When the configuration in force was put in force (Unix
+    /// nanoseconds, on `wall`).
+    loaded_at: AtomicU64,
+    /// The time `loaded_at` is read on.
+    wall: Arc<dyn Clock>,
+    /// Where the configuration and store come from, when a server said.
+    provenance: Option<Provenance>,
 }
 
 /// What one descriptor of a request is decided by.
@@ -241,7 +260,41 @@ impl<B: Backend> Engine<B> {
             fallback: None,
             top: Arc::new(Top::new(TopConfig::default())),
             clock: Arc::new(MonotonicClock::new()),
+            loaded_at: AtomicU64::new(0),
+            wall: Arc::new(UnixClock::new()),
+            provenance: None,
         }
+        .loaded_now()
+    }
+
+    /// Records that the configuration in force was put in force now.
+    fn loaded_now(self) -> Self {
+        self.loaded_at.store(self.wall.now(), Ordering::Relaxed);
+        self
+    }
+
+    /// The same, with the time of the configuration's loads read on
+    /// `clock` (Unix nanoseconds; [`UnixClock`] by default).
+    pub fn with_wall_clock(mut self, clock: impl Clock + 'static) -> Self {
+        self.wall = Arc::new(clock);
+        self.loaded_now()
+    }
+
+    /// The same, telling `/v1/top` where its configuration and store come
+    /// from.
+    pub fn with_provenance(mut self, provenance: Provenance) -> Self {
+        self.provenance = Some(provenance);
+        self
+    }
+
+    /// Where the configuration and store come from, when said.
+    pub fn provenance(&self) -> Option<&Provenance> {
+        self.provenance.as_ref()
+    }
+
+    /// When the configuration in force was put in force (Unix seconds).
+    pub fn loaded_at_s(&self) -> u64 {
+        self.loaded_at.load(Ordering::Relaxed) / 1_000_000_000
     }
 
     /// The same, summarising each limit's heaviest keys in `config`'s
@@ -324,6 +377,7 @@ impl<B: Backend> Engine<B> {
             tracing::warn!("the `store` section changed: it applies from the next start, the running store keeps its settings");
         }
         self.config.store(Arc::new(config));
+        self.loaded_at.store(self.wall.now(), Ordering::Relaxed);
     }
 
     /// The store.

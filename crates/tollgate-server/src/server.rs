@@ -23,7 +23,7 @@ use tonic_health::ServingStatus;
 use tower::util::BoxCloneService;
 
 use crate::config::{Config, ConfigError, DirectoryOptions, Source};
-use crate::engine::Engine;
+use crate::engine::{Engine, Provenance};
 use crate::listener::{self, ListenerLimits};
 use crate::proxy::{Proxy, ProxyError};
 use crate::store::{self, GuardedStore, StoreError};
@@ -315,8 +315,14 @@ pub async fn start(options: ServeOptions) -> Result<Running, ServeError> {
     let name = store::store_name(&options.store);
     let backend = GuardedStore::new(backend, name, options.store_timeout, config.store());
     let backend = Arc::new(backend);
+    let provenance = Provenance {
+        config_source: config_name.clone(),
+        store_url: tollgate_redis::redact(&options.store),
+        health: backend.clone(),
+    };
     let engine = Engine::with_answers(config, Arc::clone(&backend), options.answers.clone())
-        .with_fallback(backend.clone());
+        .with_fallback(backend.clone())
+        .with_provenance(provenance);
     let engine = Arc::new(engine);
     let workers = options.workers.max(1);
     // One proxy per worker: its upstream connections are driven by the

@@ -305,6 +305,18 @@ impl GuardedStore {
     }
 }
 
+/// How the store is doing, for `/v1/top`'s `store`.
+pub trait StoreHealth: Send + Sync {
+    /// Where the store's breaker is.
+    fn breaker_state(&self) -> BreakerState;
+}
+
+impl StoreHealth for GuardedStore {
+    fn breaker_state(&self) -> BreakerState {
+        GuardedStore::breaker_state(self)
+    }
+}
+
 /// Decides without the store: what `on_store_error: fallback` answers.
 pub trait Fallback: Send + Sync {
     /// `key` charged `cost` under `policy`, in process.

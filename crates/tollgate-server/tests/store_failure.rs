@@ -96,6 +96,13 @@ async fn an_open_breaker_answers_each_mode_at_once_without_reaching_redis() {
     // Closed refuses; open admits; the fallback admits this instance's share
     // (10 / 2 instances = 5) and refuses the rest.
     assert_eq!(answers, [503, 503, 200, 200, 200, 200, 200, 200, 429]);
+    // `/v1/top` (and so the live page) says so.
+    let (_, text) = support::get(&server.http_url("/v1/top")).await;
+    let top: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(top["store"]["state"], "breaker open", "{text}");
+    assert_eq!(top["store"]["breaker"], "open", "{text}");
+    assert_eq!(top["store"]["fallback_in_use"], true, "{text}");
+    assert_eq!(top["store"]["url"], tollgate_redis::redact(&redis.url()));
 
     // A reload changes `b`'s mode while the store is still down.
     std::fs::write(server.config_path(), config("fallback")).unwrap();
