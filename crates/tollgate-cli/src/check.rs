@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use tokio::runtime::Runtime;
-use tollgate::{Backend, BackendError, Policy};
+use tollgate::{Backend, BackendError, BackendExt, Policy};
 use tollgate_cli::rule_args::RuleArgs;
 use tollgate_core::{Decision, Limit, RetryAfter};
 use tollgate_redis::{RedisBackend, DEFAULT_PREFIX};
@@ -88,8 +88,9 @@ fn decide(
     policy: &Policy,
     cost: u64,
 ) -> Result<Decision, Failure> {
+    let policy = backend.prepare(policy).map_err(backend_failure)?;
     runtime
-        .block_on(backend.check(key, policy, cost))
+        .block_on(backend.check(key, &policy, cost))
         .map_err(backend_failure)
 }
 

@@ -9,7 +9,8 @@
 use std::time::{Duration, Instant};
 
 use tollgate::{
-    Algorithm, Backend, BreakerConfig, FailurePolicy, Limit, OnStoreError, Policy, Quota, Resilient,
+    Algorithm, Backend, BackendExt, BreakerConfig, FailurePolicy, Limit, OnStoreError, Policy,
+    Quota, Resilient,
 };
 use tollgate_redis::harness::RedisServer;
 use tollgate_redis::RedisConfig;
@@ -33,7 +34,7 @@ fn show(state: &str, calls: usize, (p50, p99): (u64, u64)) {
     println!("| {state} | {calls} | {} | {} |", f(p50), f(p99));
 }
 
-async fn measure<B: Backend>(backend: &B, policy: &Policy, calls: usize) -> (u64, u64) {
+async fn measure<B: Backend>(backend: &B, policy: &B::Prepared, calls: usize) -> (u64, u64) {
     let mut ns = Vec::with_capacity(calls);
     for i in 0..calls {
         let key = format!("k{}", i % 100);
@@ -73,32 +74,37 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         )
         .default_policy(failure)
         .build();
+    let (on_closed, on_opening) = (closed.prepare(&policy)?, opening.prepare(&policy)?);
     println!("| store | calls | p50 | p99 |\n|---|---|---|---|");
-    measure(&closed, &policy, 2_000).await; // warm-up
-    show("healthy", 20_000, measure(&closed, &policy, 20_000).await);
+    measure(&closed, &on_closed, 2_000).await; // warm-up
+    show(
+        "healthy",
+        20_000,
+        measure(&closed, &on_closed, 20_000).await,
+    );
 
     server.pause()?;
     show(
         "paused, breaker closed (deadline 50 ms)",
         40,
-        measure(&closed, &policy, 40).await,
+        measure(&closed, &on_closed, 40).await,
     );
-    measure(&opening, &policy, 5).await;
+    measure(&opening, &on_opening, 5).await;
     show(
         "paused, breaker open",
         100_000,
-        measure(&opening, &policy, 100_000).await,
+        measure(&opening, &on_opening, 100_000).await,
     );
     server.kill();
     show(
         "down (killed), breaker closed",
         200,
-        measure(&closed, &policy, 200).await,
+        measure(&closed, &on_closed, 200).await,
     );
     show(
         "down (killed), breaker open",
         100_000,
-        measure(&opening, &policy, 100_000).await,
+        measure(&opening, &on_opening, 100_000).await,
     );
     Ok(())
 }

@@ -11,8 +11,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use tollgate::{
-    Algorithm, Backend, BackendError, BreakerConfig, BreakerState, FailurePolicy, Limit,
-    OnStoreError, Policy, Quota, Resilient,
+    Algorithm, Backend, BackendError, BackendExt, BreakerConfig, BreakerState, FailurePolicy,
+    Limit, OnStoreError, Policy, Quota, Resilient,
 };
 use tollgate_faults::{Fault, Proxy};
 use tollgate_redis::harness::{skip_requested, RedisCluster, RedisServer};
@@ -87,6 +87,11 @@ async fn a_paused_redis_costs_at_most_the_deadline_and_each_policy_fails_as_conf
             FailurePolicy::new(OnStoreError::Fallback { instances: 4 }),
         )
         .build();
+    let (open, closed, fallback) = (
+        layer.prepare(&open).unwrap(),
+        layer.prepare(&closed).unwrap(),
+        layer.prepare(&fallback).unwrap(),
+    );
     for p in [&open, &closed, &fallback] {
         assert!(layer.check("k", p, 1).await.unwrap().allowed);
     }
@@ -152,6 +157,7 @@ async fn a_killed_redis_restarted_on_its_port_serves_again_within_a_second() {
         .breaker(never_opens())
         .default_policy(FailurePolicy::new(OnStoreError::Closed).deadline(deadline))
         .build();
+    let policy = layer.prepare(&policy).unwrap();
     // The first call may outlast the short deadline on a busy machine; what
     // is tested starts once the store has answered.
     let warm = Instant::now();
@@ -207,6 +213,7 @@ async fn latency_below_the_deadline_passes_and_above_it_fails_fast_and_typed() {
         .default_policy(FailurePolicy::new(OnStoreError::Closed).deadline(deadline))
         .build();
     let policy = limit(Algorithm::LeakyBucket, 100_000);
+    let policy = layer.prepare(&policy).unwrap();
 
     proxy.set(Fault::Delay(Duration::from_millis(20)));
     for _ in 0..20 {
@@ -273,11 +280,12 @@ async fn a_killed_cluster_primary_fails_its_slots_only() {
         .await
         .unwrap();
     let policy = limit(Algorithm::Gcra, 1000);
+    let prepared = backend.prepare(&policy).unwrap();
     let dead = &cluster.nodes()[1];
     let mut on_dead = BTreeMap::new();
     for k in 0..24 {
         let key = format!("user-{k}");
-        backend.check(&key, &policy, 1).await.unwrap();
+        backend.check(&key, &prepared, 1).await.unwrap();
         let redis_key = backend.redis_keys(&key, &policy).unwrap().remove(0);
         let owner = dead.cli(&["cluster", "keyslot", &redis_key]).unwrap();
         let slot = owner.trim().to_string();
@@ -291,10 +299,11 @@ async fn a_killed_cluster_primary_fails_its_slots_only() {
         .breaker(never_opens())
         .default_policy(FailurePolicy::new(OnStoreError::Closed).deadline(deadline))
         .build();
+    let prepared = layer.prepare(&policy).unwrap();
     // DEBUG SEGFAULT crashes the node (the reply never comes).
     let _ = dead.cli(&["debug", "segfault"]);
     for (key, dead_slot) in &on_dead {
-        let result = timed(deadline, layer.check(key, &policy, 1)).await;
+        let result = timed(deadline, layer.check(key, &prepared, 1)).await;
         match result {
             Err(e) => {
                 assert!(*dead_slot, "{key} on a live primary failed: {e}");

@@ -15,7 +15,7 @@
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
 use tollgate::top::Hit;
-use tollgate::{Backend, BackendError, Decision, Policy, RetryAfter};
+use tollgate::{Backend, BackendError, BackendExt, Decision, RetryAfter};
 
 use crate::answer::{Reason, Refusal};
 use crate::fields::{
@@ -115,7 +115,7 @@ impl<B: Backend> Gate<B> {
         for Planned { rule, key, cost } in plan {
             let compiled = &self.rules[rule];
             let shadow = self.shadowed(rule);
-            let decided = match self.backend.check(&key, &compiled.rule.policy, cost).await {
+            let decided = match self.backend.check(&key, &compiled.prepared, cost).await {
                 Ok(decision) => Ok((decision, decision.allowed && cost > 0)),
                 Err(error) => match self.on_store_error(rule, &key, cost, &error) {
                     Fallback::Decided(decision) => Ok((decision, false)),
@@ -251,7 +251,7 @@ impl<B: Backend> Gate<B> {
         for entry in entries.iter_mut().rev().filter(|e| e.charged) {
             let compiled = &self.rules[entry.rule];
             match self
-                .settle(Op::Refund, &entry.key, &compiled.rule.policy, entry.cost)
+                .settle(Op::Refund, &entry.key, &compiled.prepared, entry.cost)
                 .await
             {
                 Ok(after) => {
@@ -293,7 +293,7 @@ impl<B: Backend> Gate<B> {
             let Some(actual) = reconcile.read(response) else {
                 continue;
             };
-            let policy = &compiled.rule.policy;
+            let policy = &compiled.prepared;
             let (op, amount) = match actual.cmp(&entry.cost) {
                 std::cmp::Ordering::Equal => continue,
                 std::cmp::Ordering::Less => (Op::Refund, entry.cost - actual),
@@ -326,7 +326,7 @@ impl<B: Backend> Gate<B> {
         &self,
         op: Op,
         key: &str,
-        policy: &Policy,
+        policy: &B::Prepared,
         cost: u64,
     ) -> Result<Decision, BackendError> {
         match op {

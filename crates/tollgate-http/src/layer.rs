@@ -34,11 +34,11 @@ use crate::{ClientIp, KillSwitch, RateLimitService, Rule, TopPage, TopService};
 ///     .unwrap();
 /// let app: Router = Router::new().route("/", get(|| async { "hello" })).layer(limit);
 /// ```
-pub struct RateLimit<B> {
+pub struct RateLimit<B: Backend> {
     gate: Arc<Gate<B>>,
 }
 
-impl<B> Clone for RateLimit<B> {
+impl<B: Backend> Clone for RateLimit<B> {
     fn clone(&self) -> Self {
         RateLimit {
             gate: Arc::clone(&self.gate),
@@ -89,7 +89,7 @@ impl<B: Backend> RateLimit<B> {
     }
 }
 
-impl<S, B> Layer<S> for RateLimit<B> {
+impl<S, B: Backend> Layer<S> for RateLimit<B> {
     type Service = RateLimitService<S, B>;
 
     fn layer(&self, inner: S) -> Self::Service {
@@ -223,22 +223,23 @@ impl<B: Backend> RateLimitBuilder<B> {
             if !valid_name(&rule.name) {
                 return Err(BuildError::BadName(rule.name.to_string()));
             }
-            if rules.iter().any(|c: &Compiled| c.rule.name == rule.name) {
+            if rules.iter().any(|c: &Compiled<_>| c.rule.name == rule.name) {
                 return Err(BuildError::DuplicateName(rule.name.to_string()));
             }
-            self.backend
-                .validate(&rule.policy)
-                .map_err(|error| BuildError::Policy {
-                    rule: rule.name.to_string(),
-                    error,
-                })?;
+            let prepared =
+                self.backend
+                    .prepare(&rule.policy)
+                    .map_err(|error| BuildError::Policy {
+                        rule: rule.name.to_string(),
+                        error,
+                    })?;
             let top = match &self.top {
                 Summaries::Own(config) => Arc::new(HeavyHitters::new(*config)),
                 Summaries::In(top) => top
                     .rule(&rule.name)
                     .unwrap_or_else(|| Arc::new(HeavyHitters::new(*top.config()))),
             };
-            rules.push(Compiled::new(rule, top));
+            rules.push(Compiled::new(rule, prepared, top));
         }
         Ok(RateLimit {
             gate: Arc::new(Gate {
@@ -254,9 +255,9 @@ impl<B: Backend> RateLimitBuilder<B> {
 }
 
 /// Everything a request's check needs, shared by every clone of the service.
-pub(crate) struct Gate<B> {
+pub(crate) struct Gate<B: Backend> {
     pub(crate) backend: B,
-    pub(crate) rules: Vec<Compiled>,
+    pub(crate) rules: Vec<Compiled<B::Prepared>>,
     pub(crate) client_ip: ClientIp,
     pub(crate) switch: KillSwitch,
     pub(crate) options: Options,
@@ -265,8 +266,10 @@ pub(crate) struct Gate<B> {
 }
 
 /// A rule with what its answers need worked out once.
-pub(crate) struct Compiled {
+pub(crate) struct Compiled<P> {
     pub(crate) rule: Rule,
+    /// The rule's policy as the backend prepared it, once.
+    pub(crate) prepared: P,
     /// The rule's metric keys.
     pub(crate) metrics: RuleMetrics,
     /// Its heaviest keys, for `/v1/top`.
@@ -279,8 +282,8 @@ pub(crate) struct Compiled {
     pub(crate) policy_member: String,
 }
 
-impl Compiled {
-    fn new(rule: Rule, top: Arc<HeavyHitters>) -> Self {
+impl<P> Compiled<P> {
+    fn new(rule: Rule, prepared: P, top: Arc<HeavyHitters>) -> Self {
         let first = rule.policy.limits()[0].quota;
         let (quota, window) = (first.limit(), secs_up(first.period_ns()).max(1));
         let mut policy_member = String::new();
@@ -301,6 +304,7 @@ impl Compiled {
             window,
             policy_member,
             rule,
+            prepared,
         }
     }
 }

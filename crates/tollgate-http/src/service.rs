@@ -33,12 +33,12 @@ use crate::observe::latency;
 use crate::{LimitBody, RequestView};
 
 /// A service behind a [`RateLimit`](crate::RateLimit) layer.
-pub struct RateLimitService<S, B> {
+pub struct RateLimitService<S, B: Backend> {
     inner: S,
     gate: Arc<Gate<B>>,
 }
 
-impl<S: Clone, B> Clone for RateLimitService<S, B> {
+impl<S: Clone, B: Backend> Clone for RateLimitService<S, B> {
     fn clone(&self) -> Self {
         RateLimitService {
             inner: self.inner.clone(),
@@ -47,7 +47,7 @@ impl<S: Clone, B> Clone for RateLimitService<S, B> {
     }
 }
 
-impl<S, B> RateLimitService<S, B> {
+impl<S, B: Backend> RateLimitService<S, B> {
     pub(crate) fn new(inner: S, gate: Arc<Gate<B>>) -> Self {
         RateLimitService { inner, gate }
     }

@@ -11,7 +11,7 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
 use http::StatusCode;
-use tollgate::{Algorithm, Backend, FakeClock, Limit, MemoryBackend, Policy, Quota};
+use tollgate::{Algorithm, Backend, BackendExt, FakeClock, Limit, MemoryBackend, Policy, Quota};
 use tollgate_http::{
     ClientIp, Cost, ForwardedHeader, HeaderKey, Key, KillSwitch, Matcher, RateLimit, Reconcile,
     ReportedCost, Rule, MAX_KEY_BYTES,
@@ -180,6 +180,7 @@ async fn layered_rules_are_all_or_nothing() {
         .unwrap();
     let http = start(layer).await;
     let ip_key = "per-ip|ip=127.0.0.1";
+    let ip_policy = backend.prepare(&ip_policy).unwrap();
     let peek_ip = || async {
         backend
             .check(ip_key, &ip_policy, 0)

@@ -20,7 +20,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use tokio_postgres::{Client, NoTls};
-use tollgate::{Algorithm, Backend, Limit, Policy, Quota};
+use tollgate::{Algorithm, Backend, BackendExt, Limit, Policy, Quota};
 use tollgate_postgres::harness::PgServer;
 use tollgate_postgres::naive::NaiveWindow;
 use tollgate_postgres::PostgresConfig;
@@ -154,7 +154,10 @@ async fn decisions<B: Backend + Clone + 'static>(
     policy: &Policy,
     run: Duration,
 ) -> Result<f64, Error> {
-    let states = backends.into_iter().map(|b| (b, policy.clone())).collect();
+    let states = backends
+        .into_iter()
+        .map(|b| b.prepare(policy).map(|p| (b, p)))
+        .collect::<Result<_, _>>()?;
     drive(states, run, |(backend, policy), key| {
         let (backend, policy) = (backend.clone(), policy.clone());
         async move {
@@ -248,7 +251,7 @@ async fn pgbench_script(
         .timeout(Duration::from_secs(10))
         .connect()
         .await?;
-    backend.check("k", policy, 1).await?;
+    backend.check("k", &backend.prepare(policy)?, 1).await?;
     let id: i64 = admin
         .query_one(
             "SELECT policy FROM tollgate.state WHERE key = 'probe:k'",
@@ -313,12 +316,13 @@ async fn latency(server: &PgServer, admin: &Client, policy: &Policy) -> Result<(
         .connect()
         .await?;
     let ping = admin.prepare("SELECT 1").await?;
+    let policy = backend.prepare(policy)?;
     let mut next_key = keys(7);
     let (mut decisions, mut pings) = (Vec::new(), Vec::new());
     for _ in 0..SAMPLES {
         let key = next_key();
         let t = Instant::now();
-        backend.check(&key, policy, 1).await?;
+        backend.check(&key, &policy, 1).await?;
         decisions.push(t.elapsed());
         let t = Instant::now();
         admin.query_one(&ping, &[]).await?;
@@ -349,6 +353,7 @@ async fn bytes_per_key(server: &PgServer, admin: &Client) -> Result<(), Error> {
     println!("|---|---:|---:|");
     for algorithm in Algorithm::ALL {
         let policy = Policy::new(Limit::new(algorithm, Quota::per_minute(100)?));
+        let policy = backend.prepare(&policy).unwrap();
         let mut cells = Vec::new();
         for spent in [1, 100] {
             let key = format!("{algorithm}-{spent}");

@@ -62,7 +62,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .timeout(Duration::from_secs(2))
             .connect()
             .await?;
-        atomic.push(charge_one(backend, &key, &policy));
+        atomic.push(charge_one(backend, &key, &policy)?);
     }
     let atomic_admitted = admitted(atomic, REQUESTS).await?;
 

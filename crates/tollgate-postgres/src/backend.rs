@@ -9,7 +9,7 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio_postgres::tls::{MakeTlsConnect, TlsConnect};
 use tokio_postgres::types::Type;
 use tokio_postgres::{NoTls, Socket};
-use tollgate::{Backend, BackendError, Operation, Policy};
+use tollgate::{Backend, BackendError, Operation, Outcome, Policy};
 use tollgate_core::{Decision, Lease, Limit, RetryAfter};
 
 use crate::encoding::{encode, encode_operation, stored_key};
@@ -412,6 +412,20 @@ impl PostgresBackend {
         self.within_deadline(run).await
     }
 
+    /// Deletes `key`'s row under `policy`.
+    async fn reset(&self, key: &str, policy: &Policy) -> Result<(), BackendError> {
+        let key = stored_key(&self.prefix, key)?;
+        let id = encode(policy).id;
+        let run = async {
+            let client = self.client().await?;
+            client
+                .execute(&self.sql.reset, &[&key, &id])
+                .await
+                .map_err(|e| classify(&e, self.timeout))
+        };
+        self.within_deadline(run).await.map(drop)
+    }
+
     /// One operation on `key` under `policy`, one round trip.
     async fn apply(
         &self,
@@ -504,52 +518,25 @@ fn wall_clock_ns() -> i64 {
 }
 
 impl Backend for PostgresBackend {
-    /// Every quota the core accepts is exact here (`numeric` arithmetic):
-    /// there is nothing to refuse.
-    fn validate(&self, _policy: &Policy) -> Result<(), BackendError> {
-        Ok(())
+    /// The policy itself: every quota the core accepts is exact here
+    /// (`numeric` arithmetic), so there is nothing to refuse.
+    type Prepared = Arc<Policy>;
+
+    fn prepare(&self, policy: &Policy) -> Result<Self::Prepared, BackendError> {
+        Ok(Arc::new(policy.clone()))
     }
 
-    async fn check(&self, key: &str, policy: &Policy, cost: u64) -> Result<Decision, BackendError> {
-        let done = self.apply(key, policy, Operation::Check(cost), None, 0);
-        Ok(done.await?.decision)
-    }
-
-    async fn reset(&self, key: &str, policy: &Policy) -> Result<(), BackendError> {
-        let key = stored_key(&self.prefix, key)?;
-        let id = encode(policy).id;
-        let run = async {
-            let client = self.client().await?;
-            client
-                .execute(&self.sql.reset, &[&key, &id])
-                .await
-                .map_err(|e| classify(&e, self.timeout))
-        };
-        self.within_deadline(run).await.map(drop)
-    }
-
-    async fn refund(
+    async fn apply(
         &self,
         key: &str,
-        policy: &Policy,
-        cost: u64,
-    ) -> Result<Decision, BackendError> {
-        let done = self.apply(key, policy, Operation::Refund(cost), None, 0);
-        Ok(done.await?.decision)
-    }
-
-    async fn force(&self, key: &str, policy: &Policy, cost: u64) -> Result<Decision, BackendError> {
-        let done = self.apply(key, policy, Operation::Force(cost), None, 0);
-        Ok(done.await?.decision)
-    }
-
-    fn lease(
-        &self,
-        key: &str,
-        policy: &Policy,
-        max: u64,
-    ) -> impl Future<Output = Result<Lease, BackendError>> + Send {
-        self.apply(key, policy, Operation::Lease(max), None, 0)
+        policy: &Self::Prepared,
+        op: Operation,
+    ) -> Result<Outcome, BackendError> {
+        if op == Operation::Reset {
+            return self.reset(key, policy).await.map(|()| Outcome::Reset);
+        }
+        let charged = PostgresBackend::apply(self, key, policy, op, None, 0).await?;
+        Ok(op.outcome(charged))
     }
 }
 

@@ -19,6 +19,12 @@ pub(crate) fn encode_operation(op: Operation, policy: &Policy) -> Result<(i16, u
         Operation::Refund(cost) => (1, cost),
         Operation::Force(cost) => (2, cost),
         Operation::Lease(max) => (3, max),
+        // A reset deletes the row: no statement operation, no time.
+        Operation::Reset => {
+            return Err(BackendError::Config(format!(
+                "{op:?} charges nothing and has no time: apply it with Backend::apply"
+            )))
+        }
     })
 }
 

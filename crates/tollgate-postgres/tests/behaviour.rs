@@ -5,7 +5,9 @@
 mod common;
 
 use tokio_postgres::NoTls;
-use tollgate::{Algorithm, Backend, BackendError, Limit, Policy, Quota, RetryAfter, Store};
+use tollgate::{
+    Algorithm, Backend, BackendError, BackendExt, Limit, Policy, Quota, RetryAfter, Store,
+};
 use tollgate_postgres::{PostgresBackend, PostgresConfig};
 
 const MINUTE: u64 = 60_000_000_000;
@@ -50,8 +52,10 @@ async fn only_charges_write_one_row_per_key_and_policy() {
         Limit::new(Algorithm::Gcra, Quota::new(5, MINUTE).unwrap()),
     ])
     .unwrap();
+    let layered = pg.prepare(&layered).unwrap();
     for algorithm in Algorithm::ALL {
         let p = policy(algorithm, 3, MINUTE);
+        let p = pg.prepare(&p).unwrap();
         assert_eq!(
             pg.check("k", &p, 0).await.unwrap().remaining,
             p.limits()[0].capacity()
@@ -65,7 +69,7 @@ async fn only_charges_write_one_row_per_key_and_policy() {
     );
     for algorithm in Algorithm::ALL {
         assert!(
-            pg.check("k", &policy(algorithm, 3, MINUTE), 1)
+            pg.check("k", &pg.prepare(&policy(algorithm, 3, MINUTE)).unwrap(), 1)
                 .await
                 .unwrap()
                 .allowed
@@ -170,10 +174,14 @@ async fn the_schema_is_created_once_by_racing_instances() {
         .await
         .unwrap();
     assert!(
-        pg.check("k", &policy(Algorithm::Gcra, 1, MINUTE), 1)
-            .await
-            .unwrap()
-            .allowed
+        pg.check(
+            "k",
+            &pg.prepare(&policy(Algorithm::Gcra, 1, MINUTE)).unwrap(),
+            1
+        )
+        .await
+        .unwrap()
+        .allowed
     );
 }
 
@@ -189,7 +197,11 @@ async fn a_missing_schema_or_a_bad_name_is_a_clear_error() {
         .await
         .unwrap();
     let err = pg
-        .check("k", &policy(Algorithm::Gcra, 1, MINUTE), 1)
+        .check(
+            "k",
+            &pg.prepare(&policy(Algorithm::Gcra, 1, MINUTE)).unwrap(),
+            1,
+        )
         .await
         .unwrap_err();
     assert!(
@@ -224,7 +236,8 @@ async fn cleanup_deletes_only_idle_rows() {
     let second = 1_000_000_000;
     let p = policy(Algorithm::TokenBucket, 10, 10 * second); // one token a second
                                                              // k0 took 1 token at T0 (full again at T0 + 1 s); k1 took 5 (T0 + 5 s);
-                                                             // k2 took 10 at T0 + 2 s (T0 + 12 s).
+    let p = pg.prepare(&p).unwrap();
+    // k2 took 10 at T0 + 2 s (T0 + 12 s).
     pg.check_at("k0", &p, 1, T0).await.unwrap();
     pg.check_at("k1", &p, 5, T0).await.unwrap();
     pg.check_at("k2", &p, 10, T0 + 2 * second).await.unwrap();
@@ -274,6 +287,7 @@ async fn awkward_keys_are_stored_hashed_and_keep_their_state() {
     };
     let pg = common::backend(&server.url()).await;
     let p = policy(Algorithm::Gcra, 10, MINUTE);
+    let p = pg.prepare(&p).unwrap();
     assert!(matches!(
         pg.check("", &p, 1).await,
         Err(BackendError::InvalidKey(_))

@@ -8,7 +8,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use tokio_postgres::NoTls;
-use tollgate::{Algorithm, Backend, BackendError, Limit, Policy, Quota};
+use tollgate::{Algorithm, Backend, BackendError, BackendExt, Limit, Policy, Quota};
 use tollgate_postgres::PostgresConfig;
 
 const MINUTE: u64 = 60_000_000_000;
@@ -43,7 +43,12 @@ async fn a_row_locked_past_the_statement_timeout_is_a_timeout() {
         .connect()
         .await
         .unwrap();
-    assert!(pg.check("locked", &policy(), 1).await.unwrap().allowed);
+    assert!(
+        pg.check("locked", &pg.prepare(&policy()).unwrap(), 1)
+            .await
+            .unwrap()
+            .allowed
+    );
     // Another session holds the key's row.
     let mut holder = client(&server.url()).await;
     let tx = holder.transaction().await.unwrap();
@@ -56,16 +61,24 @@ async fn a_row_locked_past_the_statement_timeout_is_a_timeout() {
         .unwrap();
     assert_eq!(locked, 1);
     let start = Instant::now();
-    let result = pg.check("locked", &policy(), 1).await;
+    let result = pg.check("locked", &pg.prepare(&policy()).unwrap(), 1).await;
     assert!(
         matches!(result, Err(BackendError::Timeout(d)) if d == deadline),
         "{result:?}"
     );
     assert!(start.elapsed() < PROMPTLY, "took {:?}", start.elapsed());
     // Other keys are not held up, and the key is usable once released.
-    assert!(pg.check("free", &policy(), 1).await.unwrap().allowed);
+    assert!(
+        pg.check("free", &pg.prepare(&policy()).unwrap(), 1)
+            .await
+            .unwrap()
+            .allowed
+    );
     tx.rollback().await.unwrap();
-    let d = pg.check("locked", &policy(), 1).await.unwrap();
+    let d = pg
+        .check("locked", &pg.prepare(&policy()).unwrap(), 1)
+        .await
+        .unwrap();
     assert_eq!(d.remaining, 98, "the timed-out call charged nothing");
 }
 
@@ -83,14 +96,19 @@ async fn an_exhausted_pool_is_a_timeout() {
         .unwrap();
     let busy = pg.pool().get().await.unwrap();
     let start = Instant::now();
-    let result = pg.check("k", &policy(), 1).await;
+    let result = pg.check("k", &pg.prepare(&policy()).unwrap(), 1).await;
     assert!(
         matches!(result, Err(BackendError::Timeout(d)) if d == deadline),
         "{result:?}"
     );
     assert!(start.elapsed() < PROMPTLY);
     drop(busy);
-    assert!(pg.check("k", &policy(), 1).await.unwrap().allowed);
+    assert!(
+        pg.check("k", &pg.prepare(&policy()).unwrap(), 1)
+            .await
+            .unwrap()
+            .allowed
+    );
 }
 
 #[tokio::test]
@@ -99,7 +117,12 @@ async fn a_read_only_database_is_reported_unavailable() {
         return;
     };
     let pg = common::backend(&server.url()).await;
-    assert!(pg.check("k", &policy(), 1).await.unwrap().allowed);
+    assert!(
+        pg.check("k", &pg.prepare(&policy()).unwrap(), 1)
+            .await
+            .unwrap()
+            .allowed
+    );
     let admin = client(&server.url()).await;
     // What a hot standby refuses: any write, and row locks.
     for sql in [
@@ -111,7 +134,7 @@ async fn a_read_only_database_is_reported_unavailable() {
     let start = Instant::now();
     let result = loop {
         // The reload reaches the pooled session at its next command.
-        match pg.check("k", &policy(), 1).await {
+        match pg.check("k", &pg.prepare(&policy()).unwrap(), 1).await {
             Ok(_) if start.elapsed() < PROMPTLY => continue,
             other => break other,
         }
@@ -139,6 +162,7 @@ async fn a_stopped_server_fails_fast_and_a_restarted_one_is_used_again() {
         .await
         .unwrap();
     let log = policy();
+    let log = pg.prepare(&log).unwrap();
     for _ in 0..10 {
         assert!(pg.check("r", &log, 1).await.unwrap().allowed);
     }
@@ -188,7 +212,10 @@ async fn a_server_gone_is_unavailable_and_the_password_never_shows() {
         .unwrap();
     drop(server);
     let start = Instant::now();
-    let err = pg.check("k", &policy(), 1).await.unwrap_err();
+    let err = pg
+        .check("k", &pg.prepare(&policy()).unwrap(), 1)
+        .await
+        .unwrap_err();
     assert!(start.elapsed() < PROMPTLY);
     assert!(
         matches!(err, BackendError::Unavailable(_) | BackendError::Timeout(_)),
@@ -234,6 +261,7 @@ async fn a_call_started_past_its_deadline_charges_nothing() {
         Algorithm::FixedWindow,
         Quota::new(10, 60 * MINUTE).unwrap(),
     ));
+    let p = pg.prepare(&p).unwrap();
     assert_eq!(pg.check("k", &p, 1).await.unwrap().remaining, 9);
     server.freeze().unwrap();
     for _ in 0..3 {

@@ -10,7 +10,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use tollgate::{Algorithm, Backend, Policy};
+use tollgate::{Algorithm, Backend, BackendExt, Policy};
 use tollgate_postgres::harness::{skip_requested, PgServer};
 use tollgate_postgres::naive::NaiveWindow;
 use tollgate_postgres::PostgresConfig;
@@ -204,6 +204,7 @@ async fn worker(role: &str) {
     go();
     for algorithm in Algorithm::ALL {
         let policy = policy(algorithm);
+        let policy = pg.prepare(&policy).unwrap();
         let mut admitted = 0;
         for _ in 0..REQUESTS {
             admitted += pg.check("one-key", &policy, 1).await.unwrap().allowed as u64;

@@ -19,7 +19,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionManager;
-use tollgate::{Algorithm, Backend, Limit, Policy, Quota};
+use tollgate::{Algorithm, Backend, BackendExt, Limit, Policy, Quota};
 use tollgate_redis::harness::RedisServer;
 use tollgate_redis::{RedisBackend, RedisConfig};
 
@@ -85,11 +85,12 @@ async fn memory(server: &RedisServer) -> Result<(), Box<dyn std::error::Error>> 
         let mut cells = Vec::new();
         for limit in [100, 1000] {
             let policy = Policy::new(Limit::new(algorithm, Quota::per_minute(limit)?));
+            let prepared = redis.prepare(&policy)?;
             for spent in [1, limit] {
                 let key = format!("{algorithm}-{limit}-{spent}");
                 // One request per call, as real traffic would charge them.
                 for _ in 0..spent {
-                    redis.check(&key, &policy, 1).await?;
+                    redis.check(&key, &prepared, 1).await?;
                 }
                 let mut bytes = 0;
                 for k in redis.redis_keys(&key, &policy)? {
@@ -124,8 +125,9 @@ async fn throughput(
         .into_iter()
         .enumerate()
         .map(|(i, backend): (usize, RedisBackend)| {
-            let policy = policy.clone();
+            let policy = backend.prepare(policy);
             tokio::spawn(async move {
+                let policy = policy?;
                 let mut decisions = 0u64;
                 let mut rng = 0x9e37_79b9_7f4a_7c15u64 ^ i as u64;
                 while start.elapsed() < run {
@@ -228,12 +230,13 @@ async fn latency(server: &RedisServer, policy: &Policy) -> Result<(), Box<dyn st
         .connect()
         .await?;
     let mut conn = ConnectionManager::new(redis::Client::open(server.url())?).await?;
+    let policy = redis.prepare(policy)?;
     let mut decisions = Vec::with_capacity(SAMPLES);
     let mut pings = Vec::with_capacity(SAMPLES);
     for i in 0..SAMPLES {
         let key = format!("k{}", i as u64 % KEYS);
         let t = Instant::now();
-        redis.check(&key, policy, 1).await?;
+        redis.check(&key, &policy, 1).await?;
         decisions.push(t.elapsed());
         let t = Instant::now();
         redis::cmd("PING").query_async::<String>(&mut conn).await?;

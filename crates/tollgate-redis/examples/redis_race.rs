@@ -70,7 +70,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .timeout(Duration::from_secs(2))
             .connect()
             .await?;
-        atomic.push(charge_one(backend, &atomic_key, &policy));
+        atomic.push(charge_one(backend, &atomic_key, &policy)?);
     }
     let atomic_admitted = admitted(atomic, REQUESTS).await?;
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis::{Cmd, ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
-use tollgate::{Backend, BackendError, Operation, Policy};
+use tollgate::{Backend, BackendError, Operation, Outcome, Policy};
 use tollgate_core::{Decision, Lease, Limit, RetryAfter};
 
 use crate::conn::Conn;
@@ -391,44 +391,28 @@ fn library(eval: bool) -> Cmd {
 }
 
 impl Backend for RedisBackend {
-    fn validate(&self, policy: &Policy) -> Result<(), BackendError> {
-        RedisBackend::validate(policy)
+    /// The policy, checked to be in the exact range.
+    type Prepared = Arc<Policy>;
+
+    fn prepare(&self, policy: &Policy) -> Result<Self::Prepared, BackendError> {
+        RedisBackend::validate(policy)?;
+        Ok(Arc::new(policy.clone()))
     }
 
-    async fn check(&self, key: &str, policy: &Policy, cost: u64) -> Result<Decision, BackendError> {
-        let done = self.call(key.as_bytes(), policy, Operation::Check(cost), None);
-        done.await.map(|d| d.decision)
-    }
-
-    async fn reset(&self, key: &str, policy: &Policy) -> Result<(), BackendError> {
-        let keys = self.redis_keys(key, policy)?;
-        let mut cmd = redis::cmd("DEL");
-        cmd.arg(&keys);
-        self.run(&cmd, &keys[0]).await.map(drop)
-    }
-
-    async fn refund(
+    async fn apply(
         &self,
         key: &str,
-        policy: &Policy,
-        cost: u64,
-    ) -> Result<Decision, BackendError> {
-        let done = self.call(key.as_bytes(), policy, Operation::Refund(cost), None);
-        done.await.map(|d| d.decision)
-    }
-
-    async fn force(&self, key: &str, policy: &Policy, cost: u64) -> Result<Decision, BackendError> {
-        let done = self.call(key.as_bytes(), policy, Operation::Force(cost), None);
-        done.await.map(|d| d.decision)
-    }
-
-    fn lease(
-        &self,
-        key: &str,
-        policy: &Policy,
-        max: u64,
-    ) -> impl Future<Output = Result<Lease, BackendError>> + Send {
-        self.call(key.as_bytes(), policy, Operation::Lease(max), None)
+        policy: &Self::Prepared,
+        op: Operation,
+    ) -> Result<Outcome, BackendError> {
+        if op == Operation::Reset {
+            let keys = self.redis_keys(key, policy)?;
+            let mut cmd = redis::cmd("DEL");
+            cmd.arg(&keys);
+            return self.run(&cmd, &keys[0]).await.map(|_| Outcome::Reset);
+        }
+        let charged = self.call(key.as_bytes(), policy, op, None).await?;
+        Ok(op.outcome(charged))
     }
 }
 
@@ -450,7 +434,16 @@ fn encode_operation(op: Operation, policy: &Policy) -> Result<(&'static str, u64
         }
         Operation::Force(cost) => ("force", cost),
         Operation::Lease(max) => ("lease", exact(max)),
+        // Deleting the keys needs no script (and no time).
+        Operation::Reset => return Err(not_a_charge(op)),
     })
+}
+
+/// The error of a reset sent where only charges go (the replaying calls).
+fn not_a_charge(op: Operation) -> BackendError {
+    BackendError::Config(format!(
+        "{op:?} charges nothing and has no time: apply it with Backend::apply"
+    ))
 }
 
 fn encode(limit: &Limit) -> Result<Encoded, BackendError> {

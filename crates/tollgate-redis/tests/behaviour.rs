@@ -7,7 +7,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use tollgate::{Algorithm, Backend, BackendError, Limit, Policy, Quota, RetryAfter};
+use tollgate::{Algorithm, Backend, BackendError, BackendExt, Limit, Policy, Quota, RetryAfter};
 use tollgate_redis::RedisBackend;
 
 const MINUTE: u64 = 60_000_000_000;
@@ -49,6 +49,7 @@ async fn every_charged_key_gets_its_reset_after_as_ttl() {
     let redis = common::backend(&server.url()).await;
     for algorithm in Algorithm::ALL {
         let policy = policy(algorithm, 10, MINUTE);
+        let policy = redis.prepare(&policy).unwrap();
         let d = redis.check("ttl", &policy, 3).await.unwrap();
         assert!(d.allowed && d.reset_after > 0, "{algorithm}");
         // A refund writes too (the log's third key holds its time).
@@ -106,14 +107,21 @@ async fn bad_policies_and_keys_are_refused_before_reaching_redis() {
         Err(BackendError::UnsupportedPolicy(_))
     ));
     assert!(matches!(
-        tollgate::Store::new(odd.clone(), &redis),
+        redis.prepare(&odd),
         Err(BackendError::UnsupportedPolicy(_))
     ));
     assert!(matches!(
-        redis.check("k", &odd, 1).await,
+        tollgate::Store::new(odd.clone(), &redis),
+        Err(BackendError::UnsupportedPolicy(_))
+    ));
+    // Each call checks again, so a policy that skipped `prepare` is refused
+    // as well.
+    assert!(matches!(
+        redis.check("k", &std::sync::Arc::new(odd), 1).await,
         Err(BackendError::UnsupportedPolicy(_))
     ));
     let fine = policy(Algorithm::Gcra, 10, MINUTE);
+    let fine = redis.prepare(&fine).unwrap();
     assert!(RedisBackend::validate(&fine).is_ok());
     assert!(matches!(
         redis.check("", &fine, 1).await,
@@ -145,6 +153,7 @@ async fn reset_forgets_the_key() {
     };
     let redis = common::backend(&server.url()).await;
     let p = policy(Algorithm::SlidingLog, 1, MINUTE);
+    let p = redis.prepare(&p).unwrap();
     assert!(redis.check("r", &p, 1).await.unwrap().allowed);
     assert!(!redis.check("r", &p, 1).await.unwrap().allowed);
     redis.reset("r", &p).await.unwrap();
@@ -166,6 +175,7 @@ async fn a_lost_library_is_reloaded_without_an_error() {
             .await
             .unwrap();
         let p = policy(Algorithm::Gcra, 5, MINUTE);
+        let p = redis.prepare(&p).unwrap();
         assert!(redis.check("f", &p, 1).await.unwrap().allowed);
         server.cli(&["function", "flush"]).unwrap();
         server.cli(&["script", "flush"]).unwrap();
@@ -181,6 +191,7 @@ async fn a_restarted_server_is_reconnected_and_reloaded() {
     };
     let redis = common::backend(&server.url()).await;
     let p = policy(Algorithm::FixedWindow, 100, MINUTE);
+    let p = redis.prepare(&p).unwrap();
     for _ in 0..10 {
         assert!(redis.check("r", &p, 1).await.unwrap().allowed);
     }
@@ -213,6 +224,7 @@ async fn a_paused_server_times_out_within_the_deadline() {
         .await
         .unwrap();
     let p = policy(Algorithm::Gcra, 5, MINUTE);
+    let p = redis.prepare(&p).unwrap();
     assert!(redis.check("t", &p, 1).await.is_ok());
     let port = server.port().to_string();
     let sleeper = std::thread::spawn(move || {
@@ -350,7 +362,13 @@ async fn a_full_server_still_serves_peeks_on_new_connections() {
     let p = policy(Algorithm::Gcra, 5, MINUTE);
     let config = common::config(&server.url());
     let redis = config.clone().connect().await.unwrap();
-    assert!(redis.check("full", &p, 2).await.unwrap().allowed);
+    assert!(
+        redis
+            .check("full", &redis.prepare(&p).unwrap(), 2)
+            .await
+            .unwrap()
+            .allowed
+    );
     // Full: nothing may be written any more.
     server
         .cli(&["config", "set", "maxmemory-policy", "noeviction"])
@@ -359,14 +377,23 @@ async fn a_full_server_still_serves_peeks_on_new_connections() {
     // A new connection (as each `tollgate check` makes) loads nothing, and
     // a peek writes nothing.
     let fresh = config.connect().await.unwrap();
-    let peek = fresh.check("full", &p, 0).await.unwrap();
+    let peek = fresh
+        .check("full", &fresh.prepare(&p).unwrap(), 0)
+        .await
+        .unwrap();
     assert_eq!(peek.remaining, 3);
     // A charge cannot be stored: a typed store error, not a wrong answer.
-    let charge = fresh.check("full", &p, 1).await;
+    let charge = fresh.check("full", &fresh.prepare(&p).unwrap(), 1).await;
     assert!(
         matches!(&charge, Err(BackendError::Store(m)) if m.contains("OOM")),
         "{charge:?}"
     );
     server.cli(&["config", "set", "maxmemory", "0"]).unwrap();
-    assert!(fresh.check("full", &p, 1).await.unwrap().allowed);
+    assert!(
+        fresh
+            .check("full", &fresh.prepare(&p).unwrap(), 1)
+            .await
+            .unwrap()
+            .allowed
+    );
 }

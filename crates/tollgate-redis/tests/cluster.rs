@@ -3,7 +3,7 @@
 
 mod common;
 
-use tollgate::{Algorithm, Backend, Limit, Policy, Quota, State};
+use tollgate::{Algorithm, Backend, BackendExt, Limit, Policy, Quota, State};
 use tollgate_core::decide_all;
 
 const T0_US: u64 = 1_700_000_000_000_000;
@@ -28,6 +28,7 @@ async fn cluster_decides_like_the_core_and_reloads_a_lost_library() {
     let mut used_nodes = std::collections::HashSet::new();
     for (i, pair) in limits.windows(2).enumerate() {
         let policy = Policy::with_limits(pair.to_vec()).unwrap();
+        let policy = redis.prepare(&policy).unwrap();
         for k in 0..6 {
             let key = format!("user-{i}-{k}");
             let mut states: Vec<State> = pair
@@ -66,7 +67,7 @@ async fn cluster_decides_like_the_core_and_reloads_a_lost_library() {
 
     // One primary loses the library: decisions on its keys carry on, and
     // the library is back on it afterwards.
-    let policy = Policy::new(limits[4]);
+    let policy = redis.prepare(&Policy::new(limits[4])).unwrap();
     let lost = &cluster.nodes()[1];
     lost.cli(&["function", "flush"]).unwrap();
     for k in 0..30 {
@@ -148,7 +149,10 @@ async fn a_paused_primary_only_affects_the_keys_of_its_slots() {
         })
         .collect();
     for (key, _) in &keys {
-        before.check(key, &policy, 1).await.unwrap();
+        before
+            .check(key, &before.prepare(&policy).unwrap(), 1)
+            .await
+            .unwrap();
     }
     let paused = 1;
     cluster.nodes()[paused].pause().unwrap();
@@ -158,7 +162,7 @@ async fn a_paused_primary_only_affects_the_keys_of_its_slots() {
         let during = during.map_err(|e| format!("connecting during the pause: {e}"))?;
         for (name, redis) in [("before", &before), ("during", &during)] {
             for (key, node) in &keys {
-                let result = redis.check(key, &policy, 1).await;
+                let result = redis.check(key, &redis.prepare(&policy).unwrap(), 1).await;
                 match (*node == paused, &result) {
                     (false, Ok(_)) => {}
                     (true, Err(tollgate::BackendError::Timeout(_))) => {}

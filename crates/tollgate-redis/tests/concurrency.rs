@@ -8,7 +8,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use tollgate::{Algorithm, Backend, BackendError, Policy};
+use tollgate::{Algorithm, Backend, BackendError, BackendExt, Policy};
 use tollgate_redis::RedisBackend;
 use tollgate_testkit::race::{admitted, charge_one, hourly};
 
@@ -38,7 +38,7 @@ async fn concurrent_clients_admit_exactly_the_limit() {
             let key = format!("{algorithm}-{round}");
             let checks = clients
                 .iter()
-                .map(|client| charge_one(client.clone(), &key, &policy))
+                .map(|client| charge_one(client.clone(), &key, &policy).unwrap())
                 .collect();
             let admitted = admitted(checks, REQUESTS).await.unwrap();
             assert_eq!(admitted, LIMIT, "{algorithm}, round {round}");
@@ -52,6 +52,7 @@ async fn concurrent_clients_admit_exactly_the_limit() {
 /// were admitted.
 async fn shared_callers(redis: &RedisBackend, key: &str, callers: usize, per_caller: usize) -> u64 {
     let policy = policy(Algorithm::Gcra);
+    let policy = redis.prepare(&policy).unwrap();
     let tasks: Vec<_> = (0..callers)
         .map(|_| {
             let (redis, policy, key) = (redis.clone(), policy.clone(), key.to_string());

@@ -8,7 +8,7 @@ mod common;
 use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
-use tollgate::{Algorithm, Backend, BackendError, Limit, Policy, Quota};
+use tollgate::{Algorithm, Backend, BackendError, BackendExt, Limit, Policy, Quota};
 use tollgate_redis::harness::{skip_requested, RedisServer};
 use tollgate_redis::RedisConfig;
 
@@ -69,7 +69,13 @@ async fn wrong_or_missing_credentials_are_unauthorized() {
         .connect()
         .await
         .unwrap();
-    assert!(redis.check("k", &policy(), 1).await.unwrap().allowed);
+    assert!(
+        redis
+            .check("k", &redis.prepare(&policy()).unwrap(), 1)
+            .await
+            .unwrap()
+            .allowed
+    );
 }
 
 #[tokio::test]
@@ -78,10 +84,15 @@ async fn a_dead_server_is_unavailable_on_every_call() {
         return;
     };
     let redis = config(&server.url()).connect().await.unwrap();
-    assert!(redis.check("k", &policy(), 1).await.is_ok());
+    assert!(redis
+        .check("k", &redis.prepare(&policy()).unwrap(), 1)
+        .await
+        .is_ok());
     server.kill();
     for call in 0..5 {
-        let result = redis.check("k", &policy(), 1).await;
+        let result = redis
+            .check("k", &redis.prepare(&policy()).unwrap(), 1)
+            .await;
         assert!(
             matches!(&result, Err(BackendError::Unavailable(_))),
             "call {call}: {result:?}"
@@ -90,7 +101,11 @@ async fn a_dead_server_is_unavailable_on_every_call() {
     // Back on the same port: served again.
     server.restart().unwrap();
     let start = Instant::now();
-    while redis.check("k", &policy(), 1).await.is_err() {
+    while redis
+        .check("k", &redis.prepare(&policy()).unwrap(), 1)
+        .await
+        .is_err()
+    {
         assert!(
             start.elapsed() < Duration::from_secs(5),
             "never reconnected"
@@ -138,16 +153,25 @@ async fn a_paused_server_is_a_timeout_and_then_answers_again() {
         .connect()
         .await
         .unwrap();
-    assert!(redis.check("k", &policy(), 1).await.is_ok());
+    assert!(redis
+        .check("k", &redis.prepare(&policy()).unwrap(), 1)
+        .await
+        .is_ok());
     server.pause().unwrap();
-    let result = redis.check("k", &policy(), 1).await;
+    let result = redis
+        .check("k", &redis.prepare(&policy()).unwrap(), 1)
+        .await;
     server.resume().unwrap();
     assert!(
         matches!(&result, Err(BackendError::Timeout(d)) if *d == deadline),
         "{result:?}"
     );
     let start = Instant::now();
-    while redis.check("k", &policy(), 1).await.is_err() {
+    while redis
+        .check("k", &redis.prepare(&policy()).unwrap(), 1)
+        .await
+        .is_err()
+    {
         assert!(
             start.elapsed() < Duration::from_secs(5),
             "never answered again"
@@ -183,6 +207,7 @@ async fn a_call_run_past_its_deadline_charges_nothing() {
         Algorithm::FixedWindow,
         Quota::per_hour(10).unwrap(),
     ));
+    let p = redis.prepare(&p).unwrap();
     assert_eq!(redis.check("k", &p, 1).await.unwrap().remaining, 9);
     server.pause().unwrap();
     for _ in 0..3 {

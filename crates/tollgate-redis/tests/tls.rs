@@ -4,7 +4,7 @@
 
 mod common;
 
-use tollgate::{Algorithm, Backend, BackendError, Limit, Policy, Quota};
+use tollgate::{Algorithm, Backend, BackendError, BackendExt, Limit, Policy, Quota};
 use tollgate_redis::harness::{skip_requested, RedisServer};
 use tollgate_redis::RedisConfig;
 
@@ -34,8 +34,20 @@ async fn rediss_decides_through_tls_with_the_roots_it_is_given() {
         .connect()
         .await
         .unwrap();
-    assert!(redis.check("k", &policy, 2).await.unwrap().allowed);
-    assert!(!redis.check("k", &policy, 1).await.unwrap().allowed);
+    assert!(
+        redis
+            .check("k", &redis.prepare(&policy).unwrap(), 2)
+            .await
+            .unwrap()
+            .allowed
+    );
+    assert!(
+        !redis
+            .check("k", &redis.prepare(&policy).unwrap(), 1)
+            .await
+            .unwrap()
+            .allowed
+    );
     // The key really is in that server.
     let keys = redis.redis_keys("k", &policy).unwrap();
     assert_eq!(server.cli(&["exists", &keys[0]]).unwrap().trim(), "1");

@@ -25,7 +25,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
-use tollgate::{Algorithm, Backend, BackendError, Limit, Policy, Quota};
+use tollgate::{Algorithm, Backend, BackendError, BackendExt, Limit, Policy, Quota};
 use tollgate_http::{fields, TopPage};
 
 use crate::engine::{
@@ -272,11 +272,9 @@ static PROBE: LazyLock<Policy> = LazyLock::new(|| {
 
 /// Whether the store answers a peek.
 pub(crate) async fn store_ready<B: Backend>(engine: &Engine<B>) -> Result<(), BackendError> {
-    engine
-        .backend()
-        .check("tollgate-readyz", &PROBE, 0)
-        .await
-        .map(drop)
+    let store = engine.backend();
+    let probe = store.prepare(&PROBE)?;
+    store.check("tollgate-readyz", &probe, 0).await.map(drop)
 }
 
 /// Seconds a client is asked to wait after a store failure: the reverse

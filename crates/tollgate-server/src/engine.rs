@@ -27,8 +27,8 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use tollgate::top::{Hit, Top, TopConfig};
 use tollgate::{
-    Algorithm, Backend, BackendError, Clock, Decision, Limit, MonotonicClock, Policy, Quota,
-    UnixClock,
+    Algorithm, Backend, BackendError, BackendExt, Clock, Decision, Limit, MonotonicClock, Policy,
+    Quota, UnixClock,
 };
 use tollgate_http::{OnStoreError as HttpOnStoreError, Rule};
 
@@ -211,8 +211,8 @@ pub struct Provenance {
 
 /// The decision engine: the current configuration (swapped whole on
 /// reload) over one store.
-pub struct Engine<B> {
-    config: ArcSwap<Config>,
+pub struct Engine<B: Backend> {
+    active: ArcSwap<Active<B>>,
     backend: B,
     answers: Answers,
     /// Decides `on_store_error: fallback` limits when the store fails;
@@ -229,6 +229,47 @@ pub struct Engine<B> {
     wall: Arc<dyn Clock>,
     /// Where the configuration and store come from, when a server said.
     provenance: Option<Provenance>,
+}
+
+/// A configuration with its policies as the store prepared them when it
+/// was put in force, so a request finds its limit's without a lookup.
+struct Active<B: Backend> {
+    config: Arc<Config>,
+    /// By the index of each of [`Config::entries`].
+    prepared: Vec<EntryPolicies<B::Prepared>>,
+}
+
+/// A configured limit's policies, prepared; `None` for a policy the store
+/// refused (prepared again by each request, which reports the refusal).
+struct EntryPolicies<P> {
+    limit: Option<P>,
+    counting: Option<P>,
+}
+
+impl<B: Backend> Active<B> {
+    fn new(config: Config, backend: &B) -> Self {
+        let prepare = |policy: &Policy| backend.prepare(policy).ok();
+        let prepared = config
+            .entries()
+            .iter()
+            .map(|entry| EntryPolicies {
+                limit: match &entry.action {
+                    Action::Limit(policy) => prepare(policy),
+                    _ => None,
+                },
+                counting: entry.upstream.as_ref().and_then(|u| prepare(&u.counting)),
+            })
+            .collect();
+        Active {
+            config: Arc::new(config),
+            prepared,
+        }
+    }
+
+    /// What was prepared for `entry`, unless it is a request's own limit.
+    fn policies(&self, entry: &LimitEntry) -> Option<&EntryPolicies<B::Prepared>> {
+        self.prepared.get(entry.index?)
+    }
 }
 
 /// What one descriptor of a request is decided by.
@@ -254,7 +295,7 @@ impl<B: Backend> Engine<B> {
     /// An engine answering by `answers`.
     pub fn with_answers(config: Config, backend: B, answers: Answers) -> Self {
         Engine {
-            config: ArcSwap::from_pointee(config),
+            active: ArcSwap::from_pointee(Active::new(config, &backend)),
             backend,
             answers,
             fallback: None,
@@ -367,16 +408,19 @@ impl<B: Backend> Engine<B> {
 
     /// The configuration in force now.
     pub fn config(&self) -> Arc<Config> {
-        self.config.load_full()
+        Arc::clone(&self.active.load().config)
     }
 
     /// Puts `config` in force for the requests that start from now on;
     /// those in flight finish under the one they started with.
     pub fn replace_config(&self, config: Config) {
-        if config.store() != self.config.load().store() {
+        if config.store() != self.active.load().config.store() {
             tracing::warn!("the `store` section changed: it applies from the next start, the running store keeps its settings");
         }
-        self.config.store(Arc::new(config));
+        // Prepared before the swap: a policy kept across the reload keeps
+        // its state in the store (the memory store's limiter, its keys).
+        self.active
+            .store(Arc::new(Active::new(config, &self.backend)));
         self.loaded_at.store(self.wall.now(), Ordering::Relaxed);
     }
 
@@ -407,14 +451,14 @@ impl<B: Backend> Engine<B> {
         }
         too_long(&request.descriptors)?;
         // Held to the end, so a reload never changes a request midway.
-        let config = self.config.load_full();
-        let targets = targets(&config, request);
+        let active = self.active.load_full();
+        let targets = targets(&active.config, request);
         let hits: Vec<u64> = request
             .descriptors
             .iter()
             .map(|d| d.hits.unwrap_or(request.hits.max(1)))
             .collect();
-        let charges = self.charges(&targets, request, &hits).await;
+        let charges = self.charges(&active, &targets, request, &hits).await;
         let mut statuses = Vec::with_capacity(targets.len());
         for (i, target) in targets.iter().enumerate() {
             let descriptor = &request.descriptors[i];
@@ -422,7 +466,7 @@ impl<B: Backend> Engine<B> {
                 Target::Nothing => DescriptorStatus::unlimited_ok(Some(0)),
                 Target::Unlimited => DescriptorStatus::unlimited_ok(None),
                 Target::Limited { entry, key } => {
-                    self.decide(key, hits[i], charges[i], descriptor, entry)
+                    self.decide(&active, key, hits[i], charges[i], descriptor, entry)
                         .await?
                 }
             };
@@ -442,6 +486,7 @@ impl<B: Backend> Engine<B> {
     /// would go over are charged, as upstream does, after reading them).
     async fn charges(
         &self,
+        active: &Active<B>,
         targets: &[Target<'_>],
         request: &CheckRequest,
         hits: &[u64],
@@ -463,7 +508,12 @@ impl<B: Backend> Engine<B> {
             }
             // A failed read is left to the charge, which meets the failure
             // again and answers it by the limit's `on_store_error`.
-            if let Ok(now) = self.backend.check(key, &upstream.counting, 0).await {
+            let slot = active.policies(entry).and_then(|p| p.counting.as_ref());
+            let peek = async {
+                let counting = self.prepared(slot, &upstream.counting)?;
+                self.backend.check(key, &counting, 0).await
+            };
+            if let Ok(now) = peek.await {
                 would_go_over[i] = now.remaining <= hits[i];
             }
         }
@@ -479,6 +529,7 @@ impl<B: Backend> Engine<B> {
 
     async fn decide(
         &self,
+        active: &Active<B>,
         key: &str,
         hits: u64,
         charge: u64,
@@ -488,8 +539,9 @@ impl<B: Backend> Engine<B> {
         let label = metrics::Label::new(entry, &descriptor.entries);
         if self.answers.counting == Counting::Upstream {
             if let Some(upstream) = &entry.upstream {
+                let slot = active.policies(entry).and_then(|p| p.counting.as_ref());
                 return self
-                    .count(key, hits, charge, descriptor, entry, upstream, &label)
+                    .count(key, hits, charge, descriptor, entry, upstream, slot, &label)
                     .await;
             }
         }
@@ -509,11 +561,16 @@ impl<B: Backend> Engine<B> {
             }
             Action::Limit(policy) => policy,
         };
-        let result = if descriptor.negative {
-            self.backend.refund(key, policy, hits).await
-        } else {
-            self.backend.check(key, policy, hits).await
-        };
+        let slot = active.policies(entry).and_then(|p| p.limit.as_ref());
+        let result = async {
+            let prepared = self.prepared(slot, policy)?;
+            if descriptor.negative {
+                self.backend.refund(key, &prepared, hits).await
+            } else {
+                self.backend.check(key, &prepared, hits).await
+            }
+        }
+        .await;
         let decision = match result {
             Ok(decision) => decision,
             Err(source) => {
@@ -569,14 +626,19 @@ impl<B: Backend> Engine<B> {
         descriptor: &DescriptorRequest,
         entry: &LimitEntry,
         upstream: &UpstreamLimit,
+        counting: Option<&B::Prepared>,
         label: &metrics::Label,
     ) -> Result<DescriptorStatus, CheckError> {
         let negative = descriptor.negative;
-        let result = if negative {
-            self.backend.refund(key, &upstream.counting, hits).await
-        } else {
-            self.backend.force(key, &upstream.counting, charge).await
-        };
+        let result = async {
+            let counting = self.prepared(counting, &upstream.counting)?;
+            if negative {
+                self.backend.refund(key, &counting, hits).await
+            } else {
+                self.backend.force(key, &counting, charge).await
+            }
+        }
+        .await;
         let (over, remaining, reset_after) = match result {
             Ok(d) => (
                 d.remaining == 0,
@@ -625,6 +687,20 @@ impl<B: Backend> Engine<B> {
                 reset
             }),
         })
+    }
+
+    /// `policy` as prepared when its configuration was put in force
+    /// (`slot`), or prepared now: a request's own limit, or one the store
+    /// refused then (whose refusal this reports).
+    fn prepared<'p>(
+        &self,
+        slot: Option<&'p B::Prepared>,
+        policy: &Policy,
+    ) -> Result<Cow<'p, B::Prepared>, BackendError> {
+        match slot {
+            Some(prepared) => Ok(Cow::Borrowed(prepared)),
+            None => self.backend.prepare(policy).map(Cow::Owned),
+        }
     }
 
     /// What a store failure answers, by the limit's `on_store_error`: the
@@ -793,6 +869,7 @@ fn override_entry(domain: &str, entries: &[(String, String)], limit: LimitOverri
         on_store_error: StoreErrorMode::Open,
         quota_mode: false,
         upstream: UpstreamLimit::new(limit.requests_per_unit, limit.period_ns),
+        index: None,
     }
 }
 

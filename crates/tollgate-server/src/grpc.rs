@@ -33,7 +33,7 @@ use crate::metrics;
 const NS_PER_SEC: u64 = 1_000_000_000;
 
 /// The gRPC service over a shared engine.
-pub struct RlsService<B> {
+pub struct RlsService<B: Backend> {
     engine: Arc<Engine<B>>,
 }
 

@@ -76,7 +76,7 @@ type Limited<B> = RateLimitService<Forward, B>;
 
 /// The proxy: the current rules (rebuilt when the configuration changes)
 /// over the forwarding service.
-pub struct Proxy<B> {
+pub struct Proxy<B: Backend> {
     engine: Arc<Engine<B>>,
     forward: Forward,
     /// The configuration the layer was built from, and the layer.

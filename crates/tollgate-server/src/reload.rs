@@ -51,7 +51,7 @@ pub fn check_store<B: Backend>(
     backend: &B,
 ) -> Result<(), ConfigError> {
     config
-        .check_store(|policy| backend.validate(policy))
+        .check_store(|policy| backend.prepare(policy).map(drop))
         .map_err(|message| ConfigError::unlocated(&source.path.display().to_string(), message))
 }
 

@@ -2,14 +2,16 @@
 //! nothing to install), `redis://`, `rediss://`, `redis+cluster://`,
 //! `postgres://`.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
 
 use tollgate::{
-    Backend, BackendError, BatchStats, Batched, BreakerState, Decision, FailurePolicy, Lease,
-    MemoryBackend, OnStoreError, Policy, Resilient, UnixClock,
+    Backend, BackendError, Batch, BatchStats, Batched, BreakerState, Decision, FailurePolicy,
+    Guarded, MemoryBackend, MonotonicClock, OnStoreError, Operation, Outcome, Policy, Resilient,
+    UnixClock,
 };
 use tollgate_http::{Fallback as HttpFallback, StoreFailure};
 use tollgate_postgres::{PostgresBackend, PostgresConfig};
@@ -121,11 +123,12 @@ fn kind(url: &str) -> Result<Kind, StoreError> {
 }
 
 /// Whether the store `url` names could enforce `policy`, without
-/// connecting to it: what [`Backend::validate`] of the connected store
+/// connecting to it: what [`Backend::prepare`] of the connected store
 /// answers, for `tollgate serve --check`.
 pub fn validate_offline(url: &str, policy: &Policy) -> Result<(), String> {
     let checked = match kind(url).map_err(|e| e.to_string())? {
-        Kind::Memory => MemoryBackend::new().validate(policy),
+        // Takes every policy.
+        Kind::Memory => Ok(()),
         Kind::Redis => RedisBackend::validate(policy),
         // Exact for every quota (`numeric` arithmetic).
         Kind::Postgres => Ok(()),
@@ -209,7 +212,7 @@ pub struct GuardedStore {
 /// The store, batched or not.
 enum Layers {
     Direct(AnyBackend),
-    Batched(Batched<AnyBackend>),
+    Batched(Box<Batched<AnyBackend>>),
 }
 
 impl GuardedStore {
@@ -222,7 +225,7 @@ impl GuardedStore {
         settings: &StoreSettings,
     ) -> Self {
         let layers = match settings.batch {
-            Some(batch) => Layers::Batched(Batched::new(backend, batch)),
+            Some(batch) => Layers::Batched(Box::new(Batched::new(backend, batch))),
             None => Layers::Direct(backend),
         };
         let guarded = Resilient::builder(layers)
@@ -356,138 +359,86 @@ pub fn store_name(url: &str) -> &'static str {
 }
 
 impl Backend for GuardedStore {
-    fn validate(&self, policy: &Policy) -> Result<(), BackendError> {
-        self.guarded.validate(policy)
+    type Prepared = Guarded<Batch<AnyPrepared>, MonotonicClock>;
+
+    fn prepare(&self, policy: &Policy) -> Result<Self::Prepared, BackendError> {
+        self.guarded.prepare(policy)
     }
 
-    async fn check(&self, key: &str, policy: &Policy, cost: u64) -> Result<Decision, BackendError> {
-        self.guarded.check_guarded(key, policy, cost).await
-    }
-
-    async fn reset(&self, key: &str, policy: &Policy) -> Result<(), BackendError> {
-        self.guarded.reset(key, policy).await
-    }
-
-    async fn refund(
+    /// Through the breaker and the deadline; a store failure comes back as
+    /// the error for the limit's `on_store_error` to answer.
+    fn apply(
         &self,
         key: &str,
-        policy: &Policy,
-        cost: u64,
-    ) -> Result<Decision, BackendError> {
-        self.guarded.refund(key, policy, cost).await
-    }
-
-    async fn force(&self, key: &str, policy: &Policy, cost: u64) -> Result<Decision, BackendError> {
-        self.guarded.force(key, policy, cost).await
-    }
-
-    async fn lease(&self, key: &str, policy: &Policy, max: u64) -> Result<Lease, BackendError> {
-        self.guarded.lease(key, policy, max).await
+        policy: &Self::Prepared,
+        op: Operation,
+    ) -> impl Future<Output = Result<Outcome, BackendError>> + Send {
+        self.guarded.apply_guarded(key, policy, op)
     }
 }
 
 impl Backend for Layers {
-    fn validate(&self, policy: &Policy) -> Result<(), BackendError> {
-        // Batched refuses sliding logs, but decides them in the store
-        // unbatched: the server batches what it can and accepts the rest.
+    type Prepared = Batch<<AnyBackend as Backend>::Prepared>;
+
+    fn prepare(&self, policy: &Policy) -> Result<Self::Prepared, BackendError> {
         match self {
-            Layers::Direct(b) => b.validate(policy),
-            Layers::Batched(b) => b.backend().validate(policy),
+            Layers::Direct(b) => b.prepare(policy).map(Batch::unbatched),
+            // Batched refuses sliding logs, but decides them in the store
+            // unbatched: the server batches what it can and accepts the rest.
+            Layers::Batched(b) => b
+                .prepare(policy)
+                .or_else(|_| b.backend().prepare(policy).map(Batch::unbatched)),
         }
     }
 
-    async fn check(&self, key: &str, policy: &Policy, cost: u64) -> Result<Decision, BackendError> {
-        match self {
-            Layers::Direct(b) => b.check(key, policy, cost).await,
-            Layers::Batched(b) => b.check(key, policy, cost).await,
-        }
-    }
-
-    async fn reset(&self, key: &str, policy: &Policy) -> Result<(), BackendError> {
-        match self {
-            Layers::Direct(b) => b.reset(key, policy).await,
-            Layers::Batched(b) => b.reset(key, policy).await,
-        }
-    }
-
-    async fn refund(
+    async fn apply(
         &self,
         key: &str,
-        policy: &Policy,
-        cost: u64,
-    ) -> Result<Decision, BackendError> {
+        policy: &Self::Prepared,
+        op: Operation,
+    ) -> Result<Outcome, BackendError> {
         match self {
-            Layers::Direct(b) => b.refund(key, policy, cost).await,
-            Layers::Batched(b) => b.refund(key, policy, cost).await,
-        }
-    }
-
-    async fn force(&self, key: &str, policy: &Policy, cost: u64) -> Result<Decision, BackendError> {
-        match self {
-            Layers::Direct(b) => b.force(key, policy, cost).await,
-            Layers::Batched(b) => b.force(key, policy, cost).await,
-        }
-    }
-
-    async fn lease(&self, key: &str, policy: &Policy, max: u64) -> Result<Lease, BackendError> {
-        match self {
-            Layers::Direct(b) => b.lease(key, policy, max).await,
-            Layers::Batched(b) => b.lease(key, policy, max).await,
+            Layers::Direct(b) => b.apply(key, policy.inner(), op).await,
+            Layers::Batched(b) => b.apply(key, policy, op).await,
         }
     }
 }
 
+/// A policy prepared by the store of an [`AnyBackend`].
+#[derive(Clone)]
+pub enum AnyPrepared {
+    /// By the memory store.
+    Memory(<MemoryBackend<UnixClock> as Backend>::Prepared),
+    /// By Redis.
+    Redis(<RedisBackend as Backend>::Prepared),
+    /// By PostgreSQL.
+    Postgres(<PostgresBackend as Backend>::Prepared),
+}
+
 impl Backend for AnyBackend {
-    fn validate(&self, policy: &Policy) -> Result<(), BackendError> {
-        match self {
-            AnyBackend::Memory(b) => b.validate(policy),
-            AnyBackend::Redis(b) => Backend::validate(b, policy),
-            AnyBackend::Postgres(b) => Backend::validate(b, policy),
-        }
+    type Prepared = AnyPrepared;
+
+    fn prepare(&self, policy: &Policy) -> Result<Self::Prepared, BackendError> {
+        Ok(match self {
+            AnyBackend::Memory(b) => AnyPrepared::Memory(b.prepare(policy)?),
+            AnyBackend::Redis(b) => AnyPrepared::Redis(b.prepare(policy)?),
+            AnyBackend::Postgres(b) => AnyPrepared::Postgres(b.prepare(policy)?),
+        })
     }
 
-    async fn check(&self, key: &str, policy: &Policy, cost: u64) -> Result<Decision, BackendError> {
-        match self {
-            AnyBackend::Memory(b) => b.check(key, policy, cost).await,
-            AnyBackend::Redis(b) => b.check(key, policy, cost).await,
-            AnyBackend::Postgres(b) => b.check(key, policy, cost).await,
-        }
-    }
-
-    async fn reset(&self, key: &str, policy: &Policy) -> Result<(), BackendError> {
-        match self {
-            AnyBackend::Memory(b) => b.reset(key, policy).await,
-            AnyBackend::Redis(b) => b.reset(key, policy).await,
-            AnyBackend::Postgres(b) => b.reset(key, policy).await,
-        }
-    }
-
-    async fn refund(
+    async fn apply(
         &self,
         key: &str,
-        policy: &Policy,
-        cost: u64,
-    ) -> Result<Decision, BackendError> {
-        match self {
-            AnyBackend::Memory(b) => b.refund(key, policy, cost).await,
-            AnyBackend::Redis(b) => b.refund(key, policy, cost).await,
-            AnyBackend::Postgres(b) => b.refund(key, policy, cost).await,
-        }
-    }
-
-    async fn force(&self, key: &str, policy: &Policy, cost: u64) -> Result<Decision, BackendError> {
-        match self {
-            AnyBackend::Memory(b) => b.force(key, policy, cost).await,
-            AnyBackend::Redis(b) => b.force(key, policy, cost).await,
-            AnyBackend::Postgres(b) => b.force(key, policy, cost).await,
-        }
-    }
-
-    async fn lease(&self, key: &str, policy: &Policy, max: u64) -> Result<Lease, BackendError> {
-        match self {
-            AnyBackend::Memory(b) => b.lease(key, policy, max).await,
-            AnyBackend::Redis(b) => b.lease(key, policy, max).await,
-            AnyBackend::Postgres(b) => b.lease(key, policy, max).await,
+        policy: &Self::Prepared,
+        op: Operation,
+    ) -> Result<Outcome, BackendError> {
+        match (self, policy) {
+            (AnyBackend::Memory(b), AnyPrepared::Memory(p)) => b.apply(key, p, op).await,
+            (AnyBackend::Redis(b), AnyPrepared::Redis(p)) => b.apply(key, p, op).await,
+            (AnyBackend::Postgres(b), AnyPrepared::Postgres(p)) => b.apply(key, p, op).await,
+            _ => Err(BackendError::Config(
+                "a policy prepared by another store".into(),
+            )),
         }
     }
 }

@@ -58,7 +58,7 @@ pub struct Health {
     pub needs_the_store: bool,
 }
 
-struct Shared<B> {
+struct Shared<B: Backend> {
     engine: Arc<Engine<B>>,
     health: Health,
 }

@@ -4,13 +4,12 @@
 
 mod support;
 
-use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::Semaphore;
-use tollgate::{Backend, BackendError, Decision, Lease, MemoryBackend, Policy};
+use tollgate::{Backend, BackendError, MemoryBackend, Operation, Outcome, Policy};
 use tollgate_server::config::Config;
 use tollgate_server::engine::{CheckRequest, Code, DescriptorRequest, Engine};
 use tollgate_server::reload::reload;
@@ -113,38 +112,25 @@ struct Gated {
 }
 
 impl Backend for Gated {
-    async fn check(&self, key: &str, policy: &Policy, cost: u64) -> Result<Decision, BackendError> {
-        self.parked.fetch_add(1, Ordering::SeqCst);
-        let _permit = self.gate.acquire().await.expect("the gate stays open");
-        self.inner.check(key, policy, cost).await
+    type Prepared = <MemoryBackend as Backend>::Prepared;
+
+    fn prepare(&self, policy: &Policy) -> Result<Self::Prepared, BackendError> {
+        self.inner.prepare(policy)
     }
-    fn reset(
+
+    async fn apply(
         &self,
         key: &str,
-        policy: &Policy,
-    ) -> impl Future<Output = Result<(), BackendError>> + Send {
-        self.inner.reset(key, policy)
-    }
-    fn refund(
-        &self,
-        key: &str,
-        policy: &Policy,
-        cost: u64,
-    ) -> impl Future<Output = Result<Decision, BackendError>> + Send {
-        self.inner.refund(key, policy, cost)
-    }
-    async fn force(&self, key: &str, policy: &Policy, cost: u64) -> Result<Decision, BackendError> {
-        self.parked.fetch_add(1, Ordering::SeqCst);
-        let _permit = self.gate.acquire().await.expect("the gate stays open");
-        self.inner.force(key, policy, cost).await
-    }
-    fn lease(
-        &self,
-        key: &str,
-        policy: &Policy,
-        max: u64,
-    ) -> impl Future<Output = Result<Lease, BackendError>> + Send {
-        self.inner.lease(key, policy, max)
+        policy: &Self::Prepared,
+        op: Operation,
+    ) -> Result<Outcome, BackendError> {
+        let _permit = if matches!(op, Operation::Check(_) | Operation::Force(_)) {
+            self.parked.fetch_add(1, Ordering::SeqCst);
+            Some(self.gate.acquire().await.expect("the gate stays open"))
+        } else {
+            None
+        };
+        self.inner.apply(key, policy, op).await
     }
 }
 

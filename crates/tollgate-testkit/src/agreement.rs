@@ -70,7 +70,8 @@ fn trace(span: i64) -> impl Strategy<Value = Vec<Request>> {
 
 /// What the core answers to `op` on one key's states at `now_ns`, as a store
 /// reports it: the amount charged and the decision (for a refund, the key's
-/// numbers after it); `None` for a lease the core refuses.
+/// numbers after it, for a reset a fresh key's); `None` for a lease the
+/// core refuses.
 pub fn core(states: &mut [State], limits: &[Limit], op: Operation, now_ns: u64) -> Option<Lease> {
     let charged = |cost, decision: Decision| Lease {
         granted: if decision.allowed { cost } else { 0 },
@@ -84,6 +85,12 @@ pub fn core(states: &mut [State], limits: &[Limit], op: Operation, now_ns: u64) 
         }
         Operation::Force(cost) => charged(cost, force_all(states, limits, now_ns, cost)),
         Operation::Lease(max) => return lease_all(states, limits, now_ns, max).ok(),
+        Operation::Reset => {
+            for (state, limit) in states.iter_mut().zip(limits) {
+                *state = State::new(limit.algorithm, &limit.quota);
+            }
+            charged(0, preview_all(states, limits, now_ns, 0))
+        }
     })
 }
 

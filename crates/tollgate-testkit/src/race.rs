@@ -5,7 +5,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use tollgate::{Algorithm, Backend, BackendError, Limit, Policy, Quota};
+use tollgate::{Algorithm, Backend, BackendError, BackendExt, Limit, Policy, Quota};
 
 /// A boxed answer of one check.
 pub type Checked = Pin<Box<dyn Future<Output = Result<bool, BackendError>> + Send>>;
@@ -61,15 +61,16 @@ pub fn charge_one<B: Backend + 'static>(
     backend: B,
     key: &str,
     policy: &Policy,
-) -> impl FnMut() -> Checked + Send + 'static {
-    let shared = Arc::new((backend, key.to_string(), policy.clone()));
-    move || {
+) -> Result<impl FnMut() -> Checked + Send + 'static, BackendError> {
+    let policy = backend.prepare(policy)?;
+    let shared = Arc::new((backend, key.to_string(), policy));
+    Ok(move || -> Checked {
         let shared = Arc::clone(&shared);
         Box::pin(async move {
             let (backend, key, policy) = &*shared;
             backend.check(key, policy, 1).await.map(|d| d.allowed)
         })
-    }
+    })
 }
 
 /// What the examples print: the quota, the offered load, and what each

@@ -12,52 +12,28 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use tollgate::{
-    Algorithm, Backend, BackendError, BatchConfig, Batched, BreakerConfig, Decision, FailurePolicy,
-    Lease, Limit, MemoryBackend, OnStoreError, Policy, Quota, Resilient,
+    Algorithm, Backend, BackendError, BackendExt, BatchConfig, Batched, BreakerConfig,
+    FailurePolicy, Limit, MemoryBackend, OnStoreError, Operation, Outcome, Policy, Quota,
+    Resilient,
 };
 
 /// A store that refuses every connection.
 struct Down;
 
-fn refused<T: Send>() -> impl Future<Output = Result<T, BackendError>> + Send {
-    ready(Err(BackendError::Unavailable("connection refused".into())))
-}
-
 impl Backend for Down {
-    fn check(
+    type Prepared = ();
+
+    fn prepare(&self, _: &Policy) -> Result<(), BackendError> {
+        Ok(())
+    }
+
+    fn apply(
         &self,
         _: &str,
-        _: &Policy,
-        _: u64,
-    ) -> impl Future<Output = Result<Decision, BackendError>> + Send {
-        refused()
-    }
-    fn reset(&self, _: &str, _: &Policy) -> impl Future<Output = Result<(), BackendError>> + Send {
-        refused()
-    }
-    fn refund(
-        &self,
-        _: &str,
-        _: &Policy,
-        _: u64,
-    ) -> impl Future<Output = Result<Decision, BackendError>> + Send {
-        refused()
-    }
-    fn force(
-        &self,
-        _: &str,
-        _: &Policy,
-        _: u64,
-    ) -> impl Future<Output = Result<Decision, BackendError>> + Send {
-        refused()
-    }
-    fn lease(
-        &self,
-        _: &str,
-        _: &Policy,
-        _: u64,
-    ) -> impl Future<Output = Result<Lease, BackendError>> + Send {
-        refused()
+        _: &(),
+        _: Operation,
+    ) -> impl Future<Output = Result<Outcome, BackendError>> + Send {
+        ready(Err(BackendError::Unavailable("connection refused".into())))
     }
 }
 
@@ -74,12 +50,14 @@ fn layers(c: &mut Criterion) {
     let mut group = c.benchmark_group("resilient");
 
     let memory = MemoryBackend::new();
+    let prepared = memory.prepare(&policy).unwrap();
     group.bench_function("memory, direct", |b| {
-        b.iter(|| runtime.block_on(memory.check("key", &policy, 1)))
+        b.iter(|| runtime.block_on(memory.check("key", &prepared, 1)))
     });
     let healthy = Resilient::builder(MemoryBackend::new()).build();
+    let prepared = healthy.prepare(&policy).unwrap();
     group.bench_function("memory, breaker closed", |b| {
-        b.iter(|| runtime.block_on(healthy.check("key", &policy, 1)))
+        b.iter(|| runtime.block_on(healthy.check("key", &prepared, 1)))
     });
     for (name, on_error) in [
         ("down, breaker open, fail open", OnStoreError::Open),
@@ -92,17 +70,19 @@ fn layers(c: &mut Criterion) {
             .breaker(opens)
             .default_policy(FailurePolicy::new(on_error))
             .build();
-        let _ = runtime.block_on(down.check("key", &policy, 1));
+        let prepared = down.prepare(&policy).unwrap();
+        let _ = runtime.block_on(down.check("key", &prepared, 1));
         group.bench_function(name, |b| {
-            b.iter(|| runtime.block_on(down.check("key", &policy, 1)))
+            b.iter(|| runtime.block_on(down.check("key", &prepared, 1)))
         });
     }
     let batched = Batched::new(
         MemoryBackend::new(),
         BatchConfig::default().batch(1000).hot_rate(0),
     );
+    let prepared = batched.prepare(&policy).unwrap();
     group.bench_function("batched, spent from a lease", |b| {
-        b.iter(|| runtime.block_on(batched.check("key", &policy, 1)))
+        b.iter(|| runtime.block_on(batched.check("key", &prepared, 1)))
     });
     group.finish();
 }

@@ -12,30 +12,50 @@ use crate::Policy;
 /// stores), apply all of a policy's limits atomically, and never hang: every
 /// call that leaves the process has a deadline and reports a typed error, so
 /// the layer above can fail open, fail closed or fall back.
+///
+/// The seam is two methods. [`Backend::prepare`] accepts a policy once,
+/// where it is set up, and returns what the store needs to apply it (the
+/// memory store's limiter, a shared store's checked policy), so the
+/// request path does no lookup; [`Backend::apply`] carries out any
+/// [`Operation`] with it. A wrapper (a deadline, batching, a test double)
+/// forwards those two and nothing else; the typed calls (`check`, `refund`,
+/// `force`, `lease`, `reset`) are written once, in [`BackendExt`].
 pub trait Backend: Send + Sync {
-    /// Refuses a policy this store cannot enforce exactly (for example a
-    /// quota outside the range its arithmetic is exact for), so the error
-    /// comes when the policy is set up rather than at the first request.
-    fn validate(&self, policy: &Policy) -> Result<(), BackendError> {
-        let _ = policy;
-        Ok(())
-    }
+    /// What the store keeps for a policy it accepted; cheap to clone, so a
+    /// caller can keep one per rule.
+    type Prepared: Clone + Send + Sync + 'static;
 
-    /// Decides a request of `cost` for `key` against every limit of `policy`,
-    /// atomically, and charges it if admitted. Cost 0 is a peek.
+    /// Accepts `policy`, or refuses it when this store cannot enforce it
+    /// exactly (for example a quota outside the range its arithmetic is
+    /// exact for), so the error comes when the policy is set up rather than
+    /// at the first request. Preparing the same policy again gives the same
+    /// state (a reloaded configuration keeps its counters).
+    fn prepare(&self, policy: &Policy) -> Result<Self::Prepared, BackendError>;
+
+    /// Carries out `op` for `key` under a prepared policy, atomically on
+    /// every one of its limits. The [`Outcome`] matches the operation (see
+    /// [`Operation`]).
+    fn apply(
+        &self,
+        key: &str,
+        policy: &Self::Prepared,
+        op: Operation,
+    ) -> impl Future<Output = Result<Outcome, BackendError>> + Send;
+}
+
+/// The typed calls of every [`Backend`], each one [`Backend::apply`] of its
+/// [`Operation`]: `backend.check("user-1", &prepared, 1).await?`.
+pub trait BackendExt: Backend {
+    /// Decides a request of `cost` for `key` against every limit of the
+    /// policy, atomically, and charges it if admitted. Cost 0 is a peek.
     fn check(
         &self,
         key: &str,
-        policy: &Policy,
+        policy: &Self::Prepared,
         cost: u64,
-    ) -> impl Future<Output = Result<Decision, BackendError>> + Send;
-
-    /// Forgets `key`'s state under `policy`, as if it had never been seen.
-    fn reset(
-        &self,
-        key: &str,
-        policy: &Policy,
-    ) -> impl Future<Output = Result<(), BackendError>> + Send;
+    ) -> impl Future<Output = Result<Decision, BackendError>> + Send {
+        decided(self.apply(key, policy, Operation::Check(cost)))
+    }
 
     /// Gives `cost` back to `key` on every limit, atomically: the exact
     /// inverse of a charge of `cost` made now, capped so the key never ends
@@ -47,9 +67,11 @@ pub trait Backend: Send + Sync {
     fn refund(
         &self,
         key: &str,
-        policy: &Policy,
+        policy: &Self::Prepared,
         cost: u64,
-    ) -> impl Future<Output = Result<Decision, BackendError>> + Send;
+    ) -> impl Future<Output = Result<Decision, BackendError>> + Send {
+        decided(self.apply(key, policy, Operation::Refund(cost)))
+    }
 
     /// Charges `cost` to `key` on every limit whatever its state, atomically:
     /// never denies, and may leave the key in debt, denied (with an exact
@@ -61,9 +83,11 @@ pub trait Backend: Send + Sync {
     fn force(
         &self,
         key: &str,
-        policy: &Policy,
+        policy: &Self::Prepared,
         cost: u64,
-    ) -> impl Future<Output = Result<Decision, BackendError>> + Send;
+    ) -> impl Future<Output = Result<Decision, BackendError>> + Send {
+        decided(self.apply(key, policy, Operation::Force(cost)))
+    }
 
     /// Admits and charges, atomically on every limit, the largest cost
     /// `k <= max` the key admits now, for an instance that spends the `k`
@@ -75,24 +99,50 @@ pub trait Backend: Send + Sync {
     fn lease(
         &self,
         key: &str,
-        policy: &Policy,
+        policy: &Self::Prepared,
         max: u64,
-    ) -> impl Future<Output = Result<Lease, BackendError>> + Send;
+    ) -> impl Future<Output = Result<Lease, BackendError>> + Send {
+        let applied = self.apply(key, policy, Operation::Lease(max));
+        async move { applied.await?.into_lease() }
+    }
+
+    /// Forgets `key`'s state under the policy, as if it had never been seen.
+    fn reset(
+        &self,
+        key: &str,
+        policy: &Self::Prepared,
+    ) -> impl Future<Output = Result<(), BackendError>> + Send {
+        let applied = self.apply(key, policy, Operation::Reset);
+        async move { applied.await?.into_reset() }
+    }
 }
 
-/// One of the [`Backend`] operations that change a key, with its amount:
-/// the vocabulary shared stores use to send any of them through one
-/// server-side entry point.
+impl<B: Backend> BackendExt for B {}
+
+/// The decision an applied check, refund or forced charge reports.
+async fn decided(
+    applied: impl Future<Output = Result<Outcome, BackendError>>,
+) -> Result<Decision, BackendError> {
+    applied.await?.into_decision()
+}
+
+/// One of the [`Backend`] operations on a key, with its amount: the one
+/// vocabulary every store and wrapper passes along (shared stores send it
+/// to one server-side entry point).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Operation {
-    /// [`Backend::check`] of this cost (0 peeks).
+    /// [`BackendExt::check`] of this cost (0 peeks); answers
+    /// [`Outcome::Decided`].
     Check(u64),
-    /// [`Backend::refund`] of this cost.
+    /// [`BackendExt::refund`] of this cost; answers [`Outcome::Decided`].
     Refund(u64),
-    /// [`Backend::force`] of this cost.
+    /// [`BackendExt::force`] of this cost; answers [`Outcome::Decided`].
     Force(u64),
-    /// [`Backend::lease`] of at most this cost.
+    /// [`BackendExt::lease`] of at most this cost; answers
+    /// [`Outcome::Leased`].
     Lease(u64),
+    /// [`BackendExt::reset`]; answers [`Outcome::Reset`].
+    Reset,
 }
 
 impl Operation {
@@ -106,6 +156,58 @@ impl Operation {
             return Err(BackendError::UnsupportedPolicy(refused.to_string()));
         }
         Ok(())
+    }
+
+    /// The outcome of this operation from what a charging store call
+    /// reports, the cost it charged with the key's numbers (a [`Lease`]):
+    /// the lease itself for a lease, its decision otherwise.
+    pub fn outcome(self, charged: Lease) -> Outcome {
+        match self {
+            Operation::Lease(_) => Outcome::Leased(charged),
+            _ => Outcome::Decided(charged.decision),
+        }
+    }
+}
+
+/// What [`Backend::apply`] did, by the kind of its [`Operation`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// A check, refund or forced charge: the key's numbers after it.
+    Decided(Decision),
+    /// A lease: the units granted and the key's numbers.
+    Leased(Lease),
+    /// A reset: the key is forgotten.
+    Reset,
+}
+
+impl Outcome {
+    /// The decision of a check, refund or forced charge; a backend that
+    /// answered another kind is reported as a store error.
+    pub fn into_decision(self) -> Result<Decision, BackendError> {
+        match self {
+            Outcome::Decided(decision) => Ok(decision),
+            other => Err(other.mismatch("a decision")),
+        }
+    }
+
+    /// The lease of a lease.
+    pub fn into_lease(self) -> Result<Lease, BackendError> {
+        match self {
+            Outcome::Leased(lease) => Ok(lease),
+            other => Err(other.mismatch("a lease")),
+        }
+    }
+
+    /// The end of a reset.
+    pub fn into_reset(self) -> Result<(), BackendError> {
+        match self {
+            Outcome::Reset => Ok(()),
+            other => Err(other.mismatch("a reset")),
+        }
+    }
+
+    fn mismatch(self, expected: &str) -> BackendError {
+        BackendError::Store(format!("the backend answered {self:?} for {expected}"))
     }
 }
 
@@ -156,51 +258,18 @@ where
     P: std::ops::Deref + Send + Sync,
     P::Target: Backend,
 {
-    fn validate(&self, policy: &Policy) -> Result<(), BackendError> {
-        (**self).validate(policy)
+    type Prepared = <P::Target as Backend>::Prepared;
+
+    fn prepare(&self, policy: &Policy) -> Result<Self::Prepared, BackendError> {
+        (**self).prepare(policy)
     }
 
-    fn check(
+    fn apply(
         &self,
         key: &str,
-        policy: &Policy,
-        cost: u64,
-    ) -> impl Future<Output = Result<Decision, BackendError>> + Send {
-        (**self).check(key, policy, cost)
-    }
-
-    fn reset(
-        &self,
-        key: &str,
-        policy: &Policy,
-    ) -> impl Future<Output = Result<(), BackendError>> + Send {
-        (**self).reset(key, policy)
-    }
-
-    fn refund(
-        &self,
-        key: &str,
-        policy: &Policy,
-        cost: u64,
-    ) -> impl Future<Output = Result<Decision, BackendError>> + Send {
-        (**self).refund(key, policy, cost)
-    }
-
-    fn force(
-        &self,
-        key: &str,
-        policy: &Policy,
-        cost: u64,
-    ) -> impl Future<Output = Result<Decision, BackendError>> + Send {
-        (**self).force(key, policy, cost)
-    }
-
-    fn lease(
-        &self,
-        key: &str,
-        policy: &Policy,
-        max: u64,
-    ) -> impl Future<Output = Result<Lease, BackendError>> + Send {
-        (**self).lease(key, policy, max)
+        policy: &Self::Prepared,
+        op: Operation,
+    ) -> impl Future<Output = Result<Outcome, BackendError>> + Send {
+        (**self).apply(key, policy, op)
     }
 }

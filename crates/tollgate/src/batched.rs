@@ -1,6 +1,6 @@
 //! [`Batched`]: batched reservations over any [`Backend`]. A hot key's
 //! units are leased from the store `batch` at a time in one atomic call
-//! ([`Backend::lease`]) and spent in process with no round trip.
+//! ([`BackendExt::lease`]) and spent in process with no round trip.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -13,7 +13,7 @@ use tokio::sync::Notify;
 use tollgate_core::{Algorithm, Decision, Lease, LeaseError, RetryAfter};
 
 use crate::counters::counters;
-use crate::{Backend, BackendError, Clock, MonotonicClock, Policy};
+use crate::{Backend, BackendError, BackendExt, Clock, MonotonicClock, Operation, Outcome, Policy};
 
 /// Options of [`Batched`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -125,7 +125,9 @@ counters! {
 /// The token bucket, GCRA and the leaky meter lease units of their bucket;
 /// the fixed window and the sliding counter lease a slice of the current
 /// window. The sliding log cannot be leased (it needs the time of every
-/// request in one place): [`Backend::validate`] refuses a policy with one.
+/// request in one place): [`Backend::prepare`] refuses a policy with one
+/// (or, to decide it in the store unbatched, prepare it with the wrapped
+/// backend and [`Batch::unbatched`]).
 /// The leaky queue's admitted requests carry a release delay only the
 /// store can compute, so its keys are always decided by the store.
 ///
@@ -141,20 +143,51 @@ counters! {
 /// Decisions spent from a lease are admissions whose `remaining` is the
 /// store's at the time of the lease plus the units still held here, an
 /// estimate: other instances spend too.
-pub struct Batched<B, C = MonotonicClock> {
+pub struct Batched<B: Backend, C = MonotonicClock> {
     backend: B,
     config: BatchConfig,
     clock: C,
-    state: Mutex<Keys>,
+    state: Mutex<Keys<B::Prepared>>,
     counters: Counters,
 }
 
-/// The keys being watched or leased, per policy.
-#[derive(Default)]
-struct Keys {
-    policies: HashMap<Policy, HashMap<String, Entry>>,
+/// A policy prepared by a [`Batched`]: the wrapped store's preparation and,
+/// when its keys can be leased, the number of its table of keys.
+#[derive(Clone, Debug)]
+pub struct Batch<P> {
+    inner: P,
+    table: Option<usize>,
+}
+
+impl<P> Batch<P> {
+    /// A policy of the wrapped store decided there call by call, never
+    /// leased: for a caller that batches what it can and sends the rest
+    /// (a sliding log) straight to the store.
+    pub fn unbatched(inner: P) -> Self {
+        Batch { inner, table: None }
+    }
+
+    /// The wrapped store's preparation of the policy.
+    pub fn inner(&self) -> &P {
+        &self.inner
+    }
+}
+
+/// The keys being watched or leased, one table per prepared policy.
+struct Keys<P> {
+    /// Each prepared policy's table, so preparing it again (a reload)
+    /// finds the same keys.
+    tables_by_policy: HashMap<Policy, usize>,
+    tables: Vec<Table<P>>,
     tracked: usize,
     leases: usize,
+}
+
+/// One policy's keys, with the wrapped store's preparation to give their
+/// units back with.
+struct Table<P> {
+    inner: P,
+    entries: HashMap<String, Entry>,
 }
 
 #[derive(Debug, Default)]
@@ -186,19 +219,19 @@ enum Step {
 
 /// Wakes the requests waiting for a lease even if the leasing request is
 /// dropped (for example by a deadline above) before the lease settles.
-struct Leasing<'a, B, C> {
+struct Leasing<'a, B: Backend, C> {
     layer: &'a Batched<B, C>,
     key: &'a str,
-    policy: &'a Policy,
+    table: usize,
 }
 
-impl<B, C> Drop for Leasing<'_, B, C> {
+impl<B: Backend, C> Drop for Leasing<'_, B, C> {
     fn drop(&mut self) {
         let mut keys = self.layer.state.lock();
         let entry = keys
-            .policies
-            .get_mut(self.policy)
-            .and_then(|m| m.get_mut(self.key));
+            .tables
+            .get_mut(self.table)
+            .and_then(|t| t.entries.get_mut(self.key));
         if let Some(notify) = entry.and_then(|e| e.leasing.take()) {
             notify.notify_waiters();
         }
@@ -220,7 +253,12 @@ impl<B: Backend, C: Clock> Batched<B, C> {
             backend,
             config,
             clock,
-            state: Mutex::new(Keys::default()),
+            state: Mutex::new(Keys {
+                tables_by_policy: HashMap::new(),
+                tables: Vec::new(),
+                tracked: 0,
+                leases: 0,
+            }),
             counters: Counters::default(),
         }
     }
@@ -257,13 +295,13 @@ impl<B: Backend, C: Clock> Batched<B, C> {
     }
 
     async fn refund_where(&self, due: impl Fn(&Entry) -> bool) -> u64 {
-        let taken: Vec<(Policy, String, u64)> = {
+        let taken: Vec<(B::Prepared, String, u64)> = {
             let mut keys = self.state.lock();
             let mut taken = Vec::new();
-            for (policy, entries) in &mut keys.policies {
-                for (key, entry) in entries.iter_mut() {
+            for table in &mut keys.tables {
+                for (key, entry) in table.entries.iter_mut() {
                     if entry.held > 0 && entry.leasing.is_none() && due(entry) {
-                        taken.push((policy.clone(), key.clone(), entry.held));
+                        taken.push((table.inner.clone(), key.clone(), entry.held));
                         entry.held = 0;
                     }
                 }
@@ -282,7 +320,7 @@ impl<B: Backend, C: Clock> Batched<B, C> {
 
     /// Refunds `units` of `key`; a failed refund leaves them charged, which
     /// only ever admits less.
-    async fn give_back(&self, key: &str, policy: &Policy, units: u64) -> bool {
+    async fn give_back(&self, key: &str, policy: &B::Prepared, units: u64) -> bool {
         self.counters.store_calls.fetch_add(1, Ordering::Relaxed);
         self.counters.refunds.fetch_add(1, Ordering::Relaxed);
         match self.backend.refund(key, policy, units).await {
@@ -305,27 +343,28 @@ impl<B: Backend, C: Clock> Batched<B, C> {
 
     /// Looks at the key in process: spends from its lease, or says what to
     /// ask the store. Returns units to refund first (an expired lease).
-    fn plan(&self, key: &str, policy: &Policy, cost: u64, now: u64) -> (Step, u64) {
+    fn plan(&self, key: &str, table: usize, cost: u64, now: u64) -> (Step, u64) {
         let mut keys = self.state.lock();
         let keys = &mut *keys;
         let ttl = self.ttl_ns();
-        if !keys
-            .policies
-            .get(policy)
-            .is_some_and(|m| m.contains_key(key))
-        {
+        // A table of another layer's making: nothing to spend from here.
+        let Some(known) = keys.tables.get(table) else {
+            return (Step::Store, 0);
+        };
+        if !known.entries.contains_key(key) {
             // Bound the keys watched for heat, like the leases.
             if keys.tracked >= self.config.max_leases.saturating_mul(8).max(64) {
-                keys.policies.values_mut().for_each(|m| {
-                    m.retain(|_, e| e.held > 0 || e.leasing.is_some());
+                keys.tables.iter_mut().for_each(|t| {
+                    t.entries.retain(|_, e| e.held > 0 || e.leasing.is_some());
                 });
-                keys.tracked = keys.policies.values().map(HashMap::len).sum();
+                keys.tracked = keys.tables.iter().map(|t| t.entries.len()).sum();
             }
             keys.tracked += 1;
-            let entries = keys.policies.entry(policy.clone()).or_default();
-            entries.insert(key.to_owned(), Entry::default());
+            keys.tables[table]
+                .entries
+                .insert(key.to_owned(), Entry::default());
         }
-        let Some(entry) = keys.policies.get_mut(policy).and_then(|m| m.get_mut(key)) else {
+        let Some(entry) = keys.tables[table].entries.get_mut(key) else {
             unreachable!("the entry was inserted above");
         };
         let second = now / SECOND;
@@ -373,14 +412,14 @@ impl<B: Backend, C: Clock> Batched<B, C> {
     fn settle(
         &self,
         key: &str,
-        policy: &Policy,
+        table: usize,
         cost: u64,
         now: u64,
         lease: &Result<Lease, BackendError>,
     ) -> Option<Decision> {
         let mut keys = self.state.lock();
         let keys = &mut *keys;
-        let entry = keys.policies.get_mut(policy)?.get_mut(key)?;
+        let entry = keys.tables.get_mut(table)?.entries.get_mut(key)?;
         if let Some(notify) = entry.leasing.take() {
             notify.notify_waiters();
         }
@@ -444,7 +483,9 @@ fn leasable(policy: &Policy) -> bool {
 }
 
 impl<B: Backend, C: Clock> Backend for Batched<B, C> {
-    fn validate(&self, policy: &Policy) -> Result<(), BackendError> {
+    type Prepared = Batch<B::Prepared>;
+
+    fn prepare(&self, policy: &Policy) -> Result<Self::Prepared, BackendError> {
         if policy
             .limits()
             .iter()
@@ -455,17 +496,74 @@ impl<B: Backend, C: Clock> Backend for Batched<B, C> {
                 "batched reservations: {why}"
             )));
         }
-        self.backend.validate(policy)
+        let inner = self.backend.prepare(policy)?;
+        if !leasable(policy) {
+            return Ok(Batch::unbatched(inner));
+        }
+        let mut keys = self.state.lock();
+        let keys = &mut *keys;
+        let table = *keys
+            .tables_by_policy
+            .entry(policy.clone())
+            .or_insert_with(|| {
+                keys.tables.push(Table {
+                    inner: inner.clone(),
+                    entries: HashMap::new(),
+                });
+                keys.tables.len() - 1
+            });
+        Ok(Batch {
+            inner,
+            table: Some(table),
+        })
     }
 
-    async fn check(&self, key: &str, policy: &Policy, cost: u64) -> Result<Decision, BackendError> {
-        if cost == 0 || !leasable(policy) {
-            self.counters.store_calls.fetch_add(1, Ordering::Relaxed);
-            return self.backend.check(key, policy, cost).await;
+    /// Checks of a leasable policy may be spent from a lease; every other
+    /// operation goes to the store (a reset dropping what is held first).
+    async fn apply(
+        &self,
+        key: &str,
+        policy: &Self::Prepared,
+        op: Operation,
+    ) -> Result<Outcome, BackendError> {
+        match (op, policy.table) {
+            (Operation::Check(cost), Some(table)) if cost > 0 => self
+                .check_batched(key, &policy.inner, table, cost)
+                .await
+                .map(Outcome::Decided),
+            (Operation::Reset, Some(table)) => {
+                self.forget(key, table);
+                self.store_call(key, &policy.inner, op).await
+            }
+            _ => self.store_call(key, &policy.inner, op).await,
         }
+    }
+}
+
+impl<B: Backend, C: Clock> Batched<B, C> {
+    /// `op` made in the store, counted.
+    async fn store_call(
+        &self,
+        key: &str,
+        policy: &B::Prepared,
+        op: Operation,
+    ) -> Result<Outcome, BackendError> {
+        self.counters.store_calls.fetch_add(1, Ordering::Relaxed);
+        self.backend.apply(key, policy, op).await
+    }
+
+    /// A check spent from the key's lease when it holds one, else (a hot
+    /// key) from a new lease, else decided in the store.
+    async fn check_batched(
+        &self,
+        key: &str,
+        policy: &B::Prepared,
+        table: usize,
+        cost: u64,
+    ) -> Result<Decision, BackendError> {
         loop {
             let now = self.clock.now();
-            let (step, expired) = self.plan(key, policy, cost, now);
+            let (step, expired) = self.plan(key, table, cost, now);
             if expired > 0 {
                 self.give_back(key, policy, expired).await;
             }
@@ -481,12 +579,12 @@ impl<B: Backend, C: Clock> Backend for Batched<B, C> {
                     let _wakes = Leasing {
                         layer: self,
                         key,
-                        policy,
+                        table,
                     };
                     self.counters.store_calls.fetch_add(1, Ordering::Relaxed);
                     self.counters.leases.fetch_add(1, Ordering::Relaxed);
                     let lease = self.backend.lease(key, policy, self.config.batch).await;
-                    if let Some(decision) = self.settle(key, policy, cost, now, &lease) {
+                    if let Some(decision) = self.settle(key, table, cost, now, &lease) {
                         return Ok(decision);
                     }
                     // A failed lease reports the store's error; a lease
@@ -498,43 +596,21 @@ impl<B: Backend, C: Clock> Backend for Batched<B, C> {
                 Step::Store => break,
             }
         }
-        self.counters.store_calls.fetch_add(1, Ordering::Relaxed);
-        self.backend.check(key, policy, cost).await
-    }
-
-    async fn reset(&self, key: &str, policy: &Policy) -> Result<(), BackendError> {
-        self.forget(key, policy);
-        self.counters.store_calls.fetch_add(1, Ordering::Relaxed);
-        self.backend.reset(key, policy).await
-    }
-
-    async fn refund(
-        &self,
-        key: &str,
-        policy: &Policy,
-        cost: u64,
-    ) -> Result<Decision, BackendError> {
-        self.counters.store_calls.fetch_add(1, Ordering::Relaxed);
-        self.backend.refund(key, policy, cost).await
-    }
-
-    async fn force(&self, key: &str, policy: &Policy, cost: u64) -> Result<Decision, BackendError> {
-        self.counters.store_calls.fetch_add(1, Ordering::Relaxed);
-        self.backend.force(key, policy, cost).await
-    }
-
-    async fn lease(&self, key: &str, policy: &Policy, max: u64) -> Result<Lease, BackendError> {
-        self.counters.store_calls.fetch_add(1, Ordering::Relaxed);
-        self.backend.lease(key, policy, max).await
+        self.store_call(key, policy, Operation::Check(cost))
+            .await?
+            .into_decision()
     }
 }
 
-impl<B, C> Batched<B, C> {
+impl<B: Backend, C> Batched<B, C> {
     /// Drops what is held for `key` (its state in the store is being reset,
     /// units and all).
-    fn forget(&self, key: &str, policy: &Policy) {
+    fn forget(&self, key: &str, table: usize) {
         let mut keys = self.state.lock();
-        let removed = keys.policies.get_mut(policy).and_then(|m| m.remove(key));
+        let removed = keys
+            .tables
+            .get_mut(table)
+            .and_then(|t| t.entries.remove(key));
         if let Some(entry) = removed {
             keys.tracked -= 1;
             if entry.held > 0 {

@@ -78,9 +78,9 @@ mod table;
 pub mod top;
 
 #[cfg(feature = "async")]
-pub use backend::{Backend, BackendError, Operation};
+pub use backend::{Backend, BackendError, BackendExt, Operation, Outcome};
 #[cfg(feature = "async")]
-pub use batched::{BatchConfig, BatchStats, Batched};
+pub use batched::{Batch, BatchConfig, BatchStats, Batched};
 pub use breaker::{Breaker, BreakerConfig, BreakerState, CallPermit};
 #[cfg(feature = "async")]
 pub use clock::AsyncClock;
@@ -92,7 +92,8 @@ pub use memory::MemoryBackend;
 pub use policy::{Policy, PolicyError};
 #[cfg(feature = "async")]
 pub use resilient::{
-    FailurePolicy, OnStoreError, ResilienceStats, Resilient, ResilientBuilder, DEFAULT_DEADLINE,
+    FailurePolicy, Guarded, OnStoreError, ResilienceStats, Resilient, ResilientBuilder,
+    DEFAULT_DEADLINE,
 };
 #[cfg(feature = "async")]
 pub use store::Store;

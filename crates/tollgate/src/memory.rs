@@ -4,17 +4,16 @@ use std::collections::HashMap;
 use std::future::{ready, Future};
 use std::sync::Arc;
 
+use crate::{Backend, BackendError, Clock, Limiter, MonotonicClock, Operation, Outcome, Policy};
 use parking_lot::RwLock;
-use tollgate_core::{Decision, Lease};
-
-use crate::{Backend, BackendError, Clock, Limiter, MonotonicClock, Policy};
 
 /// Process memory as a [`Backend`]: one [`Limiter`] per policy, created on
 /// first use, so the async layers above (the [`Store`](crate::Store)
 /// facade) can take memory or Redis alike.
 ///
-/// Code that only ever limits in process should call a [`Limiter`]
-/// directly: it is synchronous and skips the policy lookup.
+/// [`Backend::prepare`] finds (or makes) the policy's limiter once; every
+/// call after goes straight to it. Code that only ever limits in process
+/// may as well call a [`Limiter`] directly: it is synchronous.
 pub struct MemoryBackend<C = MonotonicClock> {
     clock: C,
     /// Each policy's limiter holds at most this many keys.
@@ -98,54 +97,35 @@ fn valid(key: &str) -> Result<&str, BackendError> {
     Ok(key)
 }
 
-impl<C: Clock + Clone> Backend for MemoryBackend<C> {
-    fn check(
-        &self,
-        key: &str,
-        policy: &Policy,
-        cost: u64,
-    ) -> impl Future<Output = Result<Decision, BackendError>> + Send {
-        ready(valid(key).map(|key| self.limiter(policy).check_cost(key, cost)))
+impl<C: Clock + Clone + 'static> Backend for MemoryBackend<C> {
+    /// The policy's limiter: found or made once, then used directly.
+    type Prepared = Arc<Limiter<String, C>>;
+
+    fn prepare(&self, policy: &Policy) -> Result<Self::Prepared, BackendError> {
+        Ok(self.limiter(policy))
     }
 
-    fn reset(
+    fn apply(
         &self,
         key: &str,
-        policy: &Policy,
-    ) -> impl Future<Output = Result<(), BackendError>> + Send {
-        ready(valid(key).map(|key| {
-            self.limiter(policy).reset(key);
-        }))
-    }
-
-    fn refund(
-        &self,
-        key: &str,
-        policy: &Policy,
-        cost: u64,
-    ) -> impl Future<Output = Result<Decision, BackendError>> + Send {
-        ready(valid(key).map(|key| self.limiter(policy).refund(key, cost)))
-    }
-
-    fn force(
-        &self,
-        key: &str,
-        policy: &Policy,
-        cost: u64,
-    ) -> impl Future<Output = Result<Decision, BackendError>> + Send {
-        ready(valid(key).map(|key| self.limiter(policy).force(key, cost)))
-    }
-
-    fn lease(
-        &self,
-        key: &str,
-        policy: &Policy,
-        max: u64,
-    ) -> impl Future<Output = Result<Lease, BackendError>> + Send {
+        limiter: &Self::Prepared,
+        op: Operation,
+    ) -> impl Future<Output = Result<Outcome, BackendError>> + Send {
         ready(valid(key).and_then(|key| {
-            self.limiter(policy)
-                .lease(key, max)
-                .map_err(|e| BackendError::UnsupportedPolicy(e.to_string()))
+            Ok(match op {
+                Operation::Check(cost) => Outcome::Decided(limiter.check_cost(key, cost)),
+                Operation::Refund(cost) => Outcome::Decided(limiter.refund(key, cost)),
+                Operation::Force(cost) => Outcome::Decided(limiter.force(key, cost)),
+                Operation::Lease(max) => Outcome::Leased(
+                    limiter
+                        .lease(key, max)
+                        .map_err(|e| BackendError::UnsupportedPolicy(e.to_string()))?,
+                ),
+                Operation::Reset => {
+                    limiter.reset(key);
+                    Outcome::Reset
+                }
+            })
         }))
     }
 }
@@ -155,7 +135,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::{Algorithm, FakeClock, Limit, Quota};
+    use crate::{Algorithm, BackendExt, FakeClock, Limit, Quota};
 
     #[test]
     fn keys_are_bounded_and_idle_ones_swept() {
@@ -165,6 +145,7 @@ mod tests {
         let rt = tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap();
+        let policy = backend.prepare(&policy).unwrap();
         for key in ["a", "b", "c", "d"] {
             rt.block_on(backend.check(key, &policy, 1)).unwrap();
         }

@@ -8,12 +8,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::RwLock;
-use tollgate_core::{Decision, Lease, RetryAfter};
+use tollgate_core::{Decision, RetryAfter};
 
 use crate::counters::counters;
 use crate::{
-    Backend, BackendError, Breaker, BreakerConfig, Clock, Limit, Limiter, MonotonicClock, Policy,
-    Quota,
+    Backend, BackendError, Breaker, BreakerConfig, Clock, Limit, Limiter, MonotonicClock,
+    Operation, Outcome, Policy, Quota,
 };
 
 /// Default deadline of a store call made through [`Resilient`].
@@ -301,21 +301,22 @@ impl<B: Backend, C: Clock + Clone> Resilient<B, C> {
         Arc::clone(limiter)
     }
 
-    /// [`Backend::check`] through the breaker and within the policy's
+    /// [`Backend::apply`] through the breaker and within the policy's
     /// deadline, but without its [`OnStoreError`]: a store failure (or the
     /// open breaker) comes back as the error. For a caller whose failure
     /// mode belongs to each call rather than to the policy (a server where
     /// two limits with the same quota fail differently); it falls back with
     /// [`Resilient::fallback_limiter`].
-    pub async fn check_guarded(
+    pub async fn apply_guarded(
         &self,
         key: &str,
-        policy: &Policy,
-        cost: u64,
-    ) -> Result<Decision, BackendError> {
-        let deadline = self.failure_policy(policy).deadline;
-        self.guarded(deadline, || self.backend.check(key, policy, cost))
-            .await
+        policy: &Guarded<B::Prepared, C>,
+        op: Operation,
+    ) -> Result<Outcome, BackendError> {
+        self.guarded(policy.deadline, || {
+            self.backend.apply(key, &policy.inner, op)
+        })
+        .await
     }
 
     fn breaker_clock(&self) -> C {
@@ -355,15 +356,14 @@ impl<B: Backend, C: Clock + Clone> Resilient<B, C> {
     fn on_failure(
         &self,
         key: &str,
-        policy: &Policy,
+        on_error: &Failing<C>,
         cost: u64,
-        on_error: OnStoreError,
         error: BackendError,
     ) -> Result<Decision, BackendError> {
         let mode = match on_error {
-            OnStoreError::Open => "open",
-            OnStoreError::Closed => "closed",
-            OnStoreError::Fallback { .. } => "fallback",
+            Failing::Open { .. } => "open",
+            Failing::Closed => "closed",
+            Failing::Fallback(_) => "fallback",
         };
         metrics::counter!(
             "tollgate_store_failure_decisions_total",
@@ -372,20 +372,64 @@ impl<B: Backend, C: Clock + Clone> Resilient<B, C> {
         )
         .increment(1);
         match on_error {
-            OnStoreError::Open => {
+            Failing::Open { limit } => {
                 self.counters.failed_open.fetch_add(1, Ordering::Relaxed);
-                Ok(admitted_unknown(policy, cost))
+                Ok(admitted_unknown(*limit, cost))
             }
-            OnStoreError::Closed => {
+            Failing::Closed => {
                 self.counters.failed_closed.fetch_add(1, Ordering::Relaxed);
                 Err(error)
             }
-            OnStoreError::Fallback { instances } => {
+            Failing::Fallback(limiter) => {
                 self.counters.fallback.fetch_add(1, Ordering::Relaxed);
-                Ok(self
-                    .fallback_limiter(policy, instances)
-                    .check_cost(key, cost))
+                Ok(limiter.check_cost(key, cost))
             }
+        }
+    }
+}
+
+/// A policy prepared by a [`Resilient`]: the wrapped store's preparation,
+/// with the policy's deadline and what a failed check does worked out once.
+pub struct Guarded<P, C> {
+    inner: P,
+    deadline: Duration,
+    on_error: Failing<C>,
+}
+
+impl<P: Clone, C> Clone for Guarded<P, C> {
+    fn clone(&self) -> Self {
+        Guarded {
+            inner: self.inner.clone(),
+            deadline: self.deadline,
+            on_error: self.on_error.clone(),
+        }
+    }
+}
+
+impl<P, C> Guarded<P, C> {
+    /// The wrapped store's preparation of the policy.
+    pub fn inner(&self) -> &P {
+        &self.inner
+    }
+}
+
+/// [`OnStoreError`] with what it needs at hand.
+enum Failing<C> {
+    /// Admit, reporting a fresh key's numbers under this smallest capacity.
+    Open {
+        limit: u64,
+    },
+    Closed,
+    /// Decide in this instance's share of the policy.
+    Fallback(Arc<Limiter<String, C>>),
+}
+
+impl<C> Clone for Failing<C> {
+    fn clone(&self) -> Self {
+        match self {
+            Failing::Open { limit } => Failing::Open { limit: *limit },
+            Failing::Closed => Failing::Closed,
+            Failing::Fallback(limiter) => Failing::Fallback(Arc::clone(limiter)),
         }
     }
 }
@@ -415,14 +459,9 @@ fn share(policy: &Policy, instances: u32) -> Policy {
 }
 
 /// The decision of a request admitted without the store: the numbers of a
-/// key seen for the first time (nothing better is known).
-fn admitted_unknown(policy: &Policy, cost: u64) -> Decision {
-    let limit = policy
-        .limits()
-        .iter()
-        .map(Limit::capacity)
-        .min()
-        .unwrap_or(0);
+/// key seen for the first time (nothing better is known) under a policy
+/// whose smallest capacity is `limit`.
+fn admitted_unknown(limit: u64, cost: u64) -> Decision {
     Decision {
         allowed: true,
         limit,
@@ -433,47 +472,46 @@ fn admitted_unknown(policy: &Policy, cost: u64) -> Decision {
     }
 }
 
-impl<B: Backend, C: Clock + Clone> Backend for Resilient<B, C> {
-    fn validate(&self, policy: &Policy) -> Result<(), BackendError> {
-        self.backend.validate(policy)
-    }
+impl<B: Backend, C: Clock + Clone + 'static> Backend for Resilient<B, C> {
+    type Prepared = Guarded<B::Prepared, C>;
 
-    async fn check(&self, key: &str, policy: &Policy, cost: u64) -> Result<Decision, BackendError> {
+    fn prepare(&self, policy: &Policy) -> Result<Self::Prepared, BackendError> {
+        let inner = self.backend.prepare(policy)?;
         let failure = self.failure_policy(policy);
-        match self.check_guarded(key, policy, cost).await {
-            Err(e) if e.is_store_failure() => {
-                self.on_failure(key, policy, cost, failure.on_error, e)
+        let on_error = match failure.on_error {
+            OnStoreError::Open => Failing::Open {
+                limit: policy
+                    .limits()
+                    .iter()
+                    .map(Limit::capacity)
+                    .min()
+                    .unwrap_or(0),
+            },
+            OnStoreError::Closed => Failing::Closed,
+            OnStoreError::Fallback { instances } => {
+                Failing::Fallback(self.fallback_limiter(policy, instances))
             }
-            other => other,
-        }
+        };
+        Ok(Guarded {
+            inner,
+            deadline: failure.deadline,
+            on_error,
+        })
     }
 
-    async fn reset(&self, key: &str, policy: &Policy) -> Result<(), BackendError> {
-        let deadline = self.failure_policy(policy).deadline;
-        self.guarded(deadline, || self.backend.reset(key, policy))
-            .await
-    }
-
-    async fn refund(
+    /// Only a check has a decision to make when the store fails; the other
+    /// operations report the failure.
+    async fn apply(
         &self,
         key: &str,
-        policy: &Policy,
-        cost: u64,
-    ) -> Result<Decision, BackendError> {
-        let deadline = self.failure_policy(policy).deadline;
-        self.guarded(deadline, || self.backend.refund(key, policy, cost))
-            .await
-    }
-
-    async fn force(&self, key: &str, policy: &Policy, cost: u64) -> Result<Decision, BackendError> {
-        let deadline = self.failure_policy(policy).deadline;
-        self.guarded(deadline, || self.backend.force(key, policy, cost))
-            .await
-    }
-
-    async fn lease(&self, key: &str, policy: &Policy, max: u64) -> Result<Lease, BackendError> {
-        let deadline = self.failure_policy(policy).deadline;
-        self.guarded(deadline, || self.backend.lease(key, policy, max))
-            .await
+        policy: &Self::Prepared,
+        op: Operation,
+    ) -> Result<Outcome, BackendError> {
+        match (op, self.apply_guarded(key, policy, op).await) {
+            (Operation::Check(cost), Err(e)) if e.is_store_failure() => self
+                .on_failure(key, &policy.on_error, cost, e)
+                .map(Outcome::Decided),
+            (_, other) => other,
+        }
     }
 }

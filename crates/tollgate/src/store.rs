@@ -2,7 +2,7 @@
 
 use tollgate_core::{Decision, Lease};
 
-use crate::{Backend, BackendError, Policy};
+use crate::{Backend, BackendError, BackendExt, Operation, Outcome, Policy};
 
 /// A policy enforced through a [`Backend`]: process memory or Redis.
 /// Switching stores changes only the line that builds the
@@ -20,8 +20,9 @@ use crate::{Backend, BackendError, Policy};
 /// # Ok(()) }
 /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(demo()).unwrap();
 /// ```
-pub struct Store<B> {
+pub struct Store<B: Backend> {
     policy: Policy,
+    prepared: B::Prepared,
     backend: B,
 }
 
@@ -30,8 +31,12 @@ impl<B: Backend> Store<B> {
     /// refused if the backend cannot enforce it exactly.
     pub fn new(policy: impl Into<Policy>, backend: B) -> Result<Self, BackendError> {
         let policy = policy.into();
-        backend.validate(&policy)?;
-        Ok(Store { policy, backend })
+        let prepared = backend.prepare(&policy)?;
+        Ok(Store {
+            policy,
+            prepared,
+            backend,
+        })
     }
 
     /// Decides a request for `key` (cost 1) and charges it if admitted,
@@ -43,7 +48,7 @@ impl<B: Backend> Store<B> {
     /// Decides `cost` for `key` and charges it if admitted (all limits or
     /// none), with the store's clock. Cost 0 is a peek.
     pub async fn check_cost(&self, key: &str, cost: u64) -> Result<Decision, BackendError> {
-        self.backend.check(key, &self.policy, cost).await
+        self.backend.check(key, &self.prepared, cost).await
     }
 
     /// The key's current numbers, changing nothing.
@@ -53,27 +58,37 @@ impl<B: Backend> Store<B> {
 
     /// Forgets `key`.
     pub async fn reset(&self, key: &str) -> Result<(), BackendError> {
-        self.backend.reset(key, &self.policy).await
+        self.backend.reset(key, &self.prepared).await
     }
 
-    /// Gives `cost` back to `key` (see [`Backend::refund`]): for a request
+    /// Gives `cost` back to `key` (see [`BackendExt::refund`]): for a request
     /// admitted and then not carried out. Refund only what is known to have
     /// been charged: after a timeout the charge may or may not have been
     /// made.
     pub async fn refund(&self, key: &str, cost: u64) -> Result<Decision, BackendError> {
-        self.backend.refund(key, &self.policy, cost).await
+        self.backend.refund(key, &self.prepared, cost).await
     }
 
-    /// Charges `cost` to `key` whatever its state (see [`Backend::force`]):
+    /// Charges `cost` to `key` whatever its state (see [`BackendExt::force`]):
     /// for a cost known only after the work, such as the tokens of a reply.
     pub async fn force(&self, key: &str, cost: u64) -> Result<Decision, BackendError> {
-        self.backend.force(key, &self.policy, cost).await
+        self.backend.force(key, &self.prepared, cost).await
     }
 
     /// Charges the largest cost up to `max` that `key` admits now (see
-    /// [`Backend::lease`]), to spend locally; refund what goes unused.
+    /// [`BackendExt::lease`]), to spend locally; refund what goes unused.
     pub async fn lease(&self, key: &str, max: u64) -> Result<Lease, BackendError> {
-        self.backend.lease(key, &self.policy, max).await
+        self.backend.lease(key, &self.prepared, max).await
+    }
+
+    /// Carries out any [`Operation`] on `key` (see [`Backend::apply`]).
+    pub async fn apply(&self, key: &str, op: Operation) -> Result<Outcome, BackendError> {
+        self.backend.apply(key, &self.prepared, op).await
+    }
+
+    /// The policy as the backend prepared it.
+    pub fn prepared(&self) -> &B::Prepared {
+        &self.prepared
     }
 
     /// The policy.

@@ -10,8 +10,8 @@ use std::time::Duration;
 use common::Flaky;
 use proptest::prelude::*;
 use tollgate::{
-    Algorithm, Backend, BackendError, BatchConfig, Batched, Clock, FakeClock, Limit, MemoryBackend,
-    Policy, Quota, Store,
+    Algorithm, Backend, BackendError, BackendExt, BatchConfig, Batched, Clock, FakeClock, Limit,
+    MemoryBackend, Policy, Quota, Store,
 };
 
 type Shared = Arc<MemoryBackend<FakeClock>>;
@@ -30,6 +30,7 @@ async fn a_hot_key_is_leased_and_store_calls_drop_by_the_batch_factor() {
     let store: Shared = Arc::new(MemoryBackend::with_clock(clock.clone()));
     let layer = batched(&store, &clock, BatchConfig::default().batch(10).hot_rate(5));
     let p = policy(Algorithm::FixedWindow, 10_000);
+    let (sp, p) = (store.prepare(&p).unwrap(), layer.prepare(&p).unwrap());
     for _ in 0..1000 {
         assert!(layer.check("hot", &p, 1).await.unwrap().allowed);
         clock.advance(Duration::from_micros(100));
@@ -40,7 +41,7 @@ async fn a_hot_key_is_leased_and_store_calls_drop_by_the_batch_factor() {
     assert_eq!(stats.leases, 100);
     assert_eq!(stats.local_decisions, 1000 - 104);
     // The store charged what was checked and leased: 4 units are still held.
-    let remaining = || async { store.check("hot", &p, 0).await.unwrap().remaining };
+    let remaining = || async { store.check("hot", &sp, 0).await.unwrap().remaining };
     assert_eq!(remaining().await, 10_000 - 1004);
     assert_eq!(layer.shutdown().await, 4);
     assert_eq!(remaining().await, 10_000 - 1000);
@@ -52,6 +53,7 @@ async fn a_cold_key_goes_to_the_store_every_time() {
     let store: Shared = Arc::new(MemoryBackend::with_clock(clock.clone()));
     let layer = batched(&store, &clock, BatchConfig::default().hot_rate(5));
     let p = policy(Algorithm::Gcra, 100);
+    let p = layer.prepare(&p).unwrap();
     for _ in 0..20 {
         layer.check("cold", &p, 1).await.unwrap();
         clock.advance(Duration::from_millis(300));
@@ -70,19 +72,20 @@ async fn unspent_units_are_refunded_when_the_lease_ages_out_and_on_shutdown() {
         .lease_ttl(Duration::from_millis(500));
     let layer = batched(&store, &clock, config);
     let p = policy(Algorithm::FixedWindow, 100);
+    let (sp, p) = (store.prepare(&p).unwrap(), layer.prepare(&p).unwrap());
     for _ in 0..3 {
         layer.check("k", &p, 1).await.unwrap();
     }
-    assert_eq!(store.check("k", &p, 0).await.unwrap().remaining, 90);
+    assert_eq!(store.check("k", &sp, 0).await.unwrap().remaining, 90);
     assert_eq!(layer.refund_expired().await, 0, "not aged yet");
     clock.advance(Duration::from_millis(500));
     assert_eq!(layer.refund_expired().await, 7);
-    assert_eq!(store.check("k", &p, 0).await.unwrap().remaining, 97);
+    assert_eq!(store.check("k", &sp, 0).await.unwrap().remaining, 97);
     assert_eq!(layer.leases_held(), 0);
     // A new lease, given back at shutdown.
     layer.check("k", &p, 1).await.unwrap();
     assert_eq!(layer.shutdown().await, 9);
-    assert_eq!(store.check("k", &p, 0).await.unwrap().remaining, 96);
+    assert_eq!(store.check("k", &sp, 0).await.unwrap().remaining, 96);
 }
 
 #[tokio::test]
@@ -95,6 +98,7 @@ async fn an_aged_lease_is_refunded_by_the_next_request_of_its_key() {
         .lease_ttl(Duration::from_millis(100));
     let layer = batched(&store, &clock, config);
     let p = policy(Algorithm::LeakyBucket, 1000);
+    let p = layer.prepare(&p).unwrap();
     layer.check("k", &p, 1).await.unwrap();
     clock.advance(Duration::from_millis(100));
     layer.check("k", &p, 1).await.unwrap();
@@ -112,6 +116,7 @@ async fn a_refused_lease_is_kept_as_a_denial_until_its_retry_after() {
     let layer = batched(&store, &clock, BatchConfig::default().batch(5).hot_rate(0));
     // 10 a second: one unit every 100 ms.
     let p = policy(Algorithm::Gcra, 10);
+    let p = layer.prepare(&p).unwrap();
     let mut admitted = 0;
     for _ in 0..30 {
         admitted += u64::from(layer.check("k", &p, 1).await.unwrap().allowed);
@@ -134,6 +139,7 @@ async fn the_number_of_leases_held_is_bounded() {
     let config = BatchConfig::default().batch(10).hot_rate(0).max_leases(3);
     let layer = batched(&store, &clock, config);
     let p = policy(Algorithm::TokenBucket, 1000);
+    let p = layer.prepare(&p).unwrap();
     for key in 0..10 {
         layer.check(&key.to_string(), &p, 1).await.unwrap();
     }
@@ -154,7 +160,7 @@ async fn the_sliding_log_is_refused_clearly_and_the_queue_goes_to_the_store() {
         err.to_string().contains("sliding_log cannot lease"),
         "{err}"
     );
-    let queue = policy(Algorithm::LeakyQueue, 10);
+    let queue = layer.prepare(&policy(Algorithm::LeakyQueue, 10)).unwrap();
     for _ in 0..5 {
         layer.check("q", &queue, 1).await.unwrap();
     }
@@ -167,10 +173,8 @@ async fn a_failed_lease_reports_the_stores_error() {
     let flaky = Flaky::new(clock.clone());
     flaky.set(common::Health::Refusing);
     let layer = Batched::with_clock(flaky, BatchConfig::default().hot_rate(0), clock);
-    let err = layer
-        .check("k", &policy(Algorithm::Gcra, 10), 1)
-        .await
-        .unwrap_err();
+    let p = layer.prepare(&policy(Algorithm::Gcra, 10)).unwrap();
+    let err = layer.check("k", &p, 1).await.unwrap_err();
     assert!(matches!(err, BackendError::Unavailable(_)));
 }
 
@@ -191,6 +195,7 @@ fn run_fleet(instances: usize, batch: u64, limit: u64, requests: &[(usize, u64)]
             .map(|_| batched(&store, &clock, config))
             .collect();
         let p = policy(Algorithm::FixedWindow, limit);
+        let prepared: Vec<_> = fleet.iter().map(|b| b.prepare(&p).unwrap()).collect();
         let mut per_second = vec![0u64; 1];
         for &(instance, gap) in requests {
             clock.advance(Duration::from_millis(gap));
@@ -198,7 +203,8 @@ fn run_fleet(instances: usize, batch: u64, limit: u64, requests: &[(usize, u64)]
             if per_second.len() <= second {
                 per_second.resize(second + 1, 0);
             }
-            let d = fleet[instance % instances].check("k", &p, 1).await.unwrap();
+            let i = instance % instances;
+            let d = fleet[i].check("k", &prepared[i], 1).await.unwrap();
             per_second[second] += u64::from(d.allowed);
         }
         per_second
@@ -235,6 +241,7 @@ async fn concurrent_requests_of_a_key_wait_for_one_lease_instead_of_the_store() 
         BatchConfig::default().batch(50).hot_rate(0),
     ));
     let p = policy(Algorithm::FixedWindow, 1_000_000);
+    let p = layer.prepare(&p).unwrap();
     let tasks: Vec<_> = (0..32)
         .map(|_| {
             let (layer, p) = (Arc::clone(&layer), p.clone());
@@ -267,6 +274,7 @@ async fn a_lease_dropped_on_its_way_wakes_the_requests_waiting_for_it() {
         clock,
     );
     let p = policy(Algorithm::Gcra, 10);
+    let p = layer.prepare(&p).unwrap();
     let deadline = Duration::from_millis(50);
     let leaser = tokio::time::timeout(deadline, layer.check("k", &p, 1));
     let waiter = async {

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use common::{Flaky, Health};
 use tollgate::{
-    Algorithm, Backend, BackendError, BreakerConfig, BreakerState, FailurePolicy, FakeClock, Limit,
-    OnStoreError, Policy, Quota, Resilient,
+    Algorithm, Backend, BackendError, BackendExt, BreakerConfig, BreakerState, FailurePolicy,
+    FakeClock, Limit, OnStoreError, Policy, Quota, Resilient,
 };
 
 fn api() -> Policy {
@@ -36,18 +36,19 @@ fn layer(on_error: OnStoreError) -> (Resilient<Arc<Flaky>, FakeClock>, Arc<Flaky
 #[tokio::test(start_paused = true)]
 async fn a_store_that_never_answers_times_out_at_the_deadline() {
     let (r, flaky, _) = layer(OnStoreError::Closed);
+    let api = r.prepare(&api()).unwrap();
     flaky.set(Health::Hanging);
     let start = tokio::time::Instant::now();
-    let err = r.check("k", &api(), 1).await.unwrap_err();
+    let err = r.check("k", &api, 1).await.unwrap_err();
     assert!(matches!(err, BackendError::Timeout(d) if d == Duration::from_millis(50)));
     assert_eq!(start.elapsed(), Duration::from_millis(50));
     // Every operation has the deadline, not only decisions.
     assert!(matches!(
-        r.lease("k", &api(), 5).await,
+        r.lease("k", &api, 5).await,
         Err(BackendError::Timeout(_))
     ));
     assert!(matches!(
-        r.refund("k", &api(), 1).await,
+        r.refund("k", &api, 1).await,
         Err(BackendError::Timeout(_))
     ));
 }
@@ -64,26 +65,28 @@ async fn the_deadline_is_per_policy() {
             FailurePolicy::new(OnStoreError::Closed).deadline(Duration::from_millis(7)),
         )
         .build();
+    let (login, api) = (r.prepare(&login).unwrap(), r.prepare(&api()).unwrap());
     flaky.set(Health::Hanging);
     let start = tokio::time::Instant::now();
     r.check("k", &login, 1).await.unwrap_err();
     assert_eq!(start.elapsed(), Duration::from_millis(7));
-    r.check("k", &api(), 1).await.unwrap_err();
+    r.check("k", &api, 1).await.unwrap_err();
     assert_eq!(start.elapsed(), Duration::from_millis(7 + 50));
 }
 
 #[tokio::test]
 async fn the_breaker_opens_after_its_threshold_and_stops_calling_the_store() {
     let (r, flaky, _) = layer(OnStoreError::Closed);
+    let api = r.prepare(&api()).unwrap();
     flaky.set(Health::Refusing);
     for _ in 0..3 {
-        let err = r.check("k", &api(), 1).await.unwrap_err();
+        let err = r.check("k", &api, 1).await.unwrap_err();
         assert!(matches!(err, BackendError::Unavailable(_)));
         assert!(!err.is_short_circuit(), "the store itself refused: {err}");
     }
     assert_eq!(r.breaker().state(), BreakerState::Open);
     for _ in 0..100 {
-        let err = r.check("k", &api(), 1).await.unwrap_err();
+        let err = r.check("k", &api, 1).await.unwrap_err();
         assert!(err.to_string().contains("circuit open"), "{err}");
         assert!(err.is_short_circuit(), "{err}");
     }
@@ -96,9 +99,10 @@ async fn the_breaker_opens_after_its_threshold_and_stops_calling_the_store() {
 #[tokio::test]
 async fn fail_open_admits_and_counts() {
     let (r, flaky, _) = layer(OnStoreError::Open);
+    let api = r.prepare(&api()).unwrap();
     flaky.set(Health::Refusing);
     for _ in 0..500 {
-        assert!(r.check("k", &api(), 1).await.unwrap().allowed);
+        assert!(r.check("k", &api, 1).await.unwrap().allowed);
     }
     assert_eq!(r.stats().failed_open, 500);
     assert_eq!(flaky.calls(), 3);
@@ -107,33 +111,35 @@ async fn fail_open_admits_and_counts() {
 #[tokio::test]
 async fn fallback_holds_this_instances_share_of_the_limit() {
     let (r, flaky, _) = layer(OnStoreError::Fallback { instances: 4 });
+    let api = r.prepare(&api()).unwrap();
     flaky.set(Health::Refusing);
     let mut admitted = 0;
     for _ in 0..100 {
-        admitted += u64::from(r.check("k", &api(), 1).await.unwrap().allowed);
+        admitted += u64::from(r.check("k", &api, 1).await.unwrap().allowed);
     }
     assert_eq!(admitted, 25, "100 a minute over 4 instances");
     assert_eq!(r.stats().fallback, 100);
     // Other keys have their own share.
-    assert!(r.check("other", &api(), 1).await.unwrap().allowed);
+    assert!(r.check("other", &api, 1).await.unwrap().allowed);
 }
 
 #[tokio::test]
 async fn decisions_go_back_to_the_store_once_the_probes_succeed() {
     let (r, flaky, clock) = layer(OnStoreError::Fallback { instances: 2 });
+    let api = r.prepare(&api()).unwrap();
     flaky.set(Health::Refusing);
     for _ in 0..10 {
-        r.check("k", &api(), 1).await.unwrap();
+        r.check("k", &api, 1).await.unwrap();
     }
     flaky.set(Health::Up);
     assert_eq!(flaky.calls(), 3, "still open");
     clock.advance(Duration::from_secs(1));
-    r.check("k", &api(), 1).await.unwrap();
+    r.check("k", &api, 1).await.unwrap();
     assert_eq!(r.breaker().state(), BreakerState::HalfOpen);
-    r.check("k", &api(), 1).await.unwrap();
+    r.check("k", &api, 1).await.unwrap();
     assert_eq!(r.breaker().state(), BreakerState::Closed);
     let before = flaky.calls();
-    let decision = r.check("k", &api(), 1).await.unwrap();
+    let decision = r.check("k", &api, 1).await.unwrap();
     assert_eq!(flaky.calls(), before + 1);
     // The store saw only its own three charges: the fallback's stay apart.
     assert_eq!(decision.remaining, 97);
@@ -142,23 +148,25 @@ async fn decisions_go_back_to_the_store_once_the_probes_succeed() {
 #[tokio::test]
 async fn a_failed_probe_keeps_the_store_alone_for_another_period() {
     let (r, flaky, clock) = layer(OnStoreError::Closed);
+    let api = r.prepare(&api()).unwrap();
     flaky.set(Health::Refusing);
     for _ in 0..3 {
-        r.check("k", &api(), 1).await.unwrap_err();
+        r.check("k", &api, 1).await.unwrap_err();
     }
     clock.advance(Duration::from_secs(1));
-    r.check("k", &api(), 1).await.unwrap_err();
+    r.check("k", &api, 1).await.unwrap_err();
     assert_eq!(flaky.calls(), 4, "one probe");
     assert_eq!(r.breaker().state(), BreakerState::Open);
-    r.check("k", &api(), 1).await.unwrap_err();
+    r.check("k", &api, 1).await.unwrap_err();
     assert_eq!(flaky.calls(), 4);
 }
 
 #[tokio::test]
 async fn the_callers_errors_pass_through_and_do_not_trip_the_breaker() {
     let (r, flaky, _) = layer(OnStoreError::Open);
+    let api = r.prepare(&api()).unwrap();
     for _ in 0..10 {
-        let err = r.check("", &api(), 1).await.unwrap_err();
+        let err = r.check("", &api, 1).await.unwrap_err();
         assert!(matches!(err, BackendError::InvalidKey(_)), "{err}");
     }
     assert_eq!(r.breaker().state(), BreakerState::Closed);

@@ -20,7 +20,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use std::sync::Mutex;
 
 use tokio::time::Instant;
-use tollgate::{Algorithm, Backend, BatchConfig, Batched, Limit, Policy, Quota};
+use tollgate::{Algorithm, Backend, BackendExt, BatchConfig, Batched, Limit, Policy, Quota};
 use tollgate_redis::RedisConfig;
 
 /// Admitted requests per Unix second, and all requests, shared by the
@@ -90,6 +90,13 @@ async fn main() -> ExitCode {
     let policy = Policy::new(Limit::new(Algorithm::FixedWindow, quota));
     let config = BatchConfig::default().batch(args.batch).hot_rate(0);
     let layer = Arc::new(Batched::new(redis, config));
+    let policy = match layer.prepare(&policy) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("LIMIT: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let counts = Arc::new(Counts::default());
     let start = Instant::now();
     let end = start + Duration::from_secs(args.seconds);
@@ -110,7 +117,7 @@ async fn main() -> ExitCode {
                         return Ok::<(), tollgate::BackendError>(());
                     }
                     let decision = if batch == 1 {
-                        layer.backend().check(&key, &policy, 1).await?
+                        layer.backend().check(&key, policy.inner(), 1).await?
                     } else {
                         layer.check(&key, &policy, 1).await?
                     };

@@ -145,6 +145,7 @@ impl Builder<'_> {
             let entry = Arc::new(LimitEntry {
                 on_store_error: d.on_store_error.unwrap_or_default(),
                 quota_mode: d.quota_mode,
+                index: Some(self.config.entries.len()),
                 ..entry
             });
             self.config.entries.push(Arc::clone(&entry));
@@ -240,6 +241,7 @@ impl Builder<'_> {
             on_store_error: StoreErrorMode::Open,
             quota_mode: false,
             upstream,
+            index: None,
         })
     }
 

@@ -92,6 +92,9 @@ pub struct LimitEntry {
     /// The limit as envoyproxy/ratelimit sees it, when it is one: one fixed
     /// window (or `requests_per_unit: 0` with its unit).
     pub upstream: Option<UpstreamLimit>,
+    /// Its place in [`Config::entries`], where a server keeps what it
+    /// prepared for it; `None` for a limit sent with a request.
+    pub index: Option<usize>,
 }
 
 /// A limit in envoyproxy/ratelimit's own form, `requests_per_unit` per one
@@ -201,7 +204,7 @@ impl Config {
     }
 
     /// Checks every policy against a store (`validate` is its
-    /// [`tollgate::Backend::validate`]), so that a limit the store cannot
+    /// [`tollgate::Backend::prepare`]), so that a limit the store cannot
     /// decide is refused when the configuration is loaded, not at its first
     /// request; the error names the limit.
     pub fn check_store<E: std::fmt::Display>(

@@ -19,7 +19,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tollgate::{Backend, BatchConfig, Batched, FakeClock, Limit, MemoryBackend, Policy};
+use tollgate::{
+    Backend, BackendExt, BatchConfig, Batched, FakeClock, Limit, MemoryBackend, Policy,
+};
 use tollgate_core::{Algorithm, Quota};
 
 use super::Scenario;
@@ -231,6 +233,12 @@ fn run(trace: &[Request], policy: &Policy, config: Option<BatchConfig>) -> (Vec<
                 .collect()
         })
         .unwrap_or_default();
+    // Only leasable algorithms are batched here (see `ALGORITHMS`).
+    let prepared: Vec<_> = layers
+        .iter()
+        .map(|l| l.prepare(policy).expect("a leasable policy"))
+        .collect();
+    let direct = store.prepare(policy).expect("memory takes every policy");
     let keys: Vec<String> = (0..CLIENTS).map(|c| format!("client-{c}")).collect();
     // Every call completes at once (the store is in memory): a
     // single-threaded runtime only drives them.
@@ -253,8 +261,8 @@ fn run(trace: &[Request], policy: &Policy, config: Option<BatchConfig>) -> (Vec<
         let key = &keys[r.client];
         let decision = runtime.block_on(async {
             match layers.get(r.instance) {
-                Some(layer) => layer.check(key, policy, 1).await,
-                None => store.check(key, policy, 1).await,
+                Some(layer) => layer.check(key, &prepared[r.instance], 1).await,
+                None => store.check(key, &direct, 1).await,
             }
         });
         if decision

@@ -4,7 +4,7 @@
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 
-use tollgate::{Backend, BackendError, Decision, FakeClock, Lease, MemoryBackend, Policy};
+use tollgate::{Backend, BackendError, FakeClock, MemoryBackend, Operation, Outcome, Policy};
 
 /// How the fake store answers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,28 +58,18 @@ impl Flaky {
 }
 
 impl Backend for Flaky {
-    async fn check(&self, key: &str, policy: &Policy, cost: u64) -> Result<Decision, BackendError> {
-        self.call(|| self.memory.check(key, policy, cost)).await
+    type Prepared = <MemoryBackend<FakeClock> as Backend>::Prepared;
+
+    fn prepare(&self, policy: &Policy) -> Result<Self::Prepared, BackendError> {
+        self.memory.prepare(policy)
     }
 
-    async fn reset(&self, key: &str, policy: &Policy) -> Result<(), BackendError> {
-        self.call(|| self.memory.reset(key, policy)).await
-    }
-
-    async fn refund(
+    async fn apply(
         &self,
         key: &str,
-        policy: &Policy,
-        cost: u64,
-    ) -> Result<Decision, BackendError> {
-        self.call(|| self.memory.refund(key, policy, cost)).await
-    }
-
-    async fn force(&self, key: &str, policy: &Policy, cost: u64) -> Result<Decision, BackendError> {
-        self.call(|| self.memory.force(key, policy, cost)).await
-    }
-
-    async fn lease(&self, key: &str, policy: &Policy, max: u64) -> Result<Lease, BackendError> {
-        self.call(|| self.memory.lease(key, policy, max)).await
+        policy: &Self::Prepared,
+        op: Operation,
+    ) -> Result<Outcome, BackendError> {
+        self.call(|| self.memory.apply(key, policy, op)).await
     }
 }
