@@ -364,7 +364,11 @@ impl<K: Hash + Eq, C: Clock> Limiter<K, C> {
     /// Under [`OnFull::Reject`], a new key that cannot be tracked gets a
     /// denial with the builder's `full_retry_after`; use
     /// [`Limiter::try_check`] to tell that case apart.
-    #[inline]
+    // `check`, `check_cost` and `try_check_cost` always inline into the
+    // caller: with `&str` keys the compiler otherwise kept the lookup out of
+    // line and returned the decision through memory (measured 4-6% slower
+    // per check than inlined, as `u64` keys already were).
+    #[inline(always)]
     pub fn check<Q>(&self, key: &Q) -> Decision
     where
         K: Borrow<Q>,
@@ -375,7 +379,7 @@ impl<K: Hash + Eq, C: Clock> Limiter<K, C> {
 
     /// Decides a request of `cost` for `key` now, and charges it if admitted
     /// (on every limit of the policy, or on none). Cost 0 is a peek.
-    #[inline]
+    #[inline(always)]
     pub fn check_cost<Q>(&self, key: &Q, cost: u64) -> Decision
     where
         K: Borrow<Q>,
@@ -399,7 +403,7 @@ impl<K: Hash + Eq, C: Clock> Limiter<K, C> {
 
     /// Like [`Limiter::check_cost`], but a new key refused because the
     /// limiter is full (under [`OnFull::Reject`]) is an error.
-    #[inline]
+    #[inline(always)]
     pub fn try_check_cost<Q>(&self, key: &Q, cost: u64) -> Result<Decision, LimiterFull>
     where
         K: Borrow<Q>,
