@@ -1,7 +1,7 @@
 //! Redis key names: `<prefix>{<key>}:<algorithm>:<limit>:<period_ns>:<burst>`.
 //!
 //! The caller's key is the hash tag, so every key of one decision (all the
-//! limits of a policy, the three keys of a sliding log) lands in one Redis
+//! limits of a policy, the two keys of a sliding log) lands in one Redis
 //! Cluster slot and one script can touch them atomically. The quota is part
 //! of the name, so changing a policy starts fresh state instead of reading
 //! state written under another quota.
@@ -59,8 +59,10 @@ impl KeySpace {
     }
 
     /// Appends the Redis keys of `limit` for the key whose stem is `stem`:
-    /// one, or three for the sliding log (its times, its running totals and
-    /// the time of its last refund).
+    /// one, or two for the sliding log (its one sorted set, and the time of
+    /// its last refund). The log's names differ from the three keys of the
+    /// two-set log of `tollgate_v3` (`:t`, `:c`, `:l`), which clients of that
+    /// version may still write during a rolling upgrade.
     pub fn push_keys(stem: &str, limit: &Limit, out: &mut Vec<String>) {
         let q = &limit.quota;
         let name = format!(
@@ -71,9 +73,8 @@ impl KeySpace {
             q.burst()
         );
         if limit.algorithm == Algorithm::SlidingLog {
-            out.push(format!("{name}:t"));
-            out.push(format!("{name}:c"));
-            out.push(format!("{name}:l"));
+            out.push(format!("{name}:log"));
+            out.push(format!("{name}:refund"));
         } else {
             out.push(name);
         }
@@ -107,9 +108,8 @@ mod tests {
             keys,
             [
                 "app:{u}:gcra:10:1000000000:10",
-                "app:{u}:sliding_log:10:1000000000:10:t",
-                "app:{u}:sliding_log:10:1000000000:10:c",
-                "app:{u}:sliding_log:10:1000000000:10:l"
+                "app:{u}:sliding_log:10:1000000000:10:log",
+                "app:{u}:sliding_log:10:1000000000:10:refund"
             ]
         );
     }

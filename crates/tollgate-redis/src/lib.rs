@@ -28,8 +28,8 @@
 //! ```
 //!
 //! Keys are `<prefix>{<key>}:<algorithm>:<limit>:<period_ns>:<burst>`; the
-//! sliding log keeps two sorted sets per key and limit, and the time of its
-//! last refund. A sliding log's
+//! sliding log keeps one sorted set per key and limit (`:log`, a member per
+//! request), and the time of its last refund (`:refund`). A sliding log's
 //! running total of admitted cost must stay below 2^53 over the key's life
 //! (it restarts when the key expires): 285 years at a million per second.
 
