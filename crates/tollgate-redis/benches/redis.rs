@@ -26,9 +26,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionManager;
+use tollgate::Operation::Check;
 use tollgate::{Algorithm, Backend, Limit, Policy, Quota};
 use tollgate_redis::harness::RedisServer;
-use tollgate_redis::{RedisBackend, RedisConfig};
+use tollgate_redis::{encode_policy, RedisBackend, RedisConfig};
 
 /// Distinct keys the throughput runs spread over.
 const KEYS: u64 = 10_000;
@@ -329,10 +330,13 @@ fn cost_table(
     println!("| keys | client | decisions/s | server us per FCALL | server CPU us per decision | client CPU us per decision |");
     println!("|---|---|---:|---:|---:|---:|");
     for keys in [Keys::Many, Keys::Hot] {
-        let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+        let (mut ours, mut encoded, mut theirs) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..ROUNDS {
             ours.push(measure(server, || {
-                rt.block_on(shared_throughput(server, &policy, keys, run))
+                rt.block_on(shared_throughput(server, &policy, keys, false, run))
+            })?);
+            encoded.push(measure(server, || {
+                rt.block_on(shared_throughput(server, &policy, keys, true, run))
             })?);
             let requests = 25_000 * seconds;
             theirs.push(measure(server, || {
@@ -340,7 +344,12 @@ fn cost_table(
                     .map(|rps| (rps, requests, 0.0))
             })?);
         }
-        for (name, runs) in [("tollgate-redis", ours), ("redis-benchmark", theirs)] {
+        let rows = [
+            ("tollgate-redis `check`", ours),
+            ("tollgate-redis `apply`, policy encoded once", encoded),
+            ("redis-benchmark", theirs),
+        ];
+        for (name, runs) in rows {
             let c = median(runs);
             println!(
                 "| {} | {name} | {:.0} | {:.2} | {:.2} | {:.2} |",
@@ -421,11 +430,14 @@ fn median(mut runs: Vec<Cost>) -> Cost {
 
 /// [`COST_CALLERS`] tasks sharing one backend (one multiplexed connection,
 /// which pipelines their concurrent calls), as an application's tasks
-/// would: decisions per second, decisions, and this process's CPU seconds.
+/// would, through `check` or (`encoded`) through `apply` with the policy
+/// encoded once: decisions per second, decisions, and this process's CPU
+/// seconds.
 async fn shared_throughput(
     server: &RedisServer,
     policy: &Policy,
     keys: Keys,
+    encoded: bool,
     run: Duration,
 ) -> Result<(f64, u64, f64), Box<dyn std::error::Error>> {
     let backend = RedisConfig::new(server.url())
@@ -444,7 +456,9 @@ async fn shared_throughput(
     let tasks: Vec<_> = (0..COST_CALLERS)
         .map(|i| {
             let (backend, policy, names) = (backend.clone(), policy.clone(), names.clone());
+
             tokio::spawn(async move {
+                let once = encode_policy(&policy)?;
                 let mut decisions = 0u64;
                 let mut rng = 0x9e37_79b9_7f4a_7c15u64 ^ i as u64;
                 while start.elapsed() < run {
@@ -452,7 +466,11 @@ async fn shared_throughput(
                     rng ^= rng >> 7;
                     rng ^= rng << 17;
                     let key = &names[(rng % names.len() as u64) as usize];
-                    backend.check(key, &policy, 1).await?;
+                    if encoded {
+                        backend.apply(key, &once, Check(1)).await?;
+                    } else {
+                        backend.check(key, &policy, 1).await?;
+                    }
                     decisions += 1;
                 }
                 Ok::<_, tollgate::BackendError>(decisions)

@@ -10,7 +10,8 @@ use tollgate::{Backend, BackendError, Operation, Policy};
 use tollgate_core::{Decision, Lease, Limit, RetryAfter};
 
 use crate::conn::Conn;
-use crate::exact::{self, Encoded, MAX_EXACT, MAX_TIME_US};
+use crate::encoded::{encode, encode_policy, key_suffixes, EncodedPolicy};
+use crate::exact::{MAX_EXACT, MAX_TIME_US};
 use crate::keys::KeySpace;
 use crate::redact::redact;
 use crate::script::{self, ScriptMode};
@@ -216,11 +217,23 @@ impl RedisBackend {
         policy: &Policy,
     ) -> Result<Vec<String>, BackendError> {
         let stem = self.keys.stem(key.as_ref())?;
-        let mut out = Vec::with_capacity(policy.limits().len() + 1);
-        for limit in policy.limits() {
-            KeySpace::push_keys(&stem, limit, &mut out);
-        }
-        Ok(out)
+        Ok(key_suffixes(policy)
+            .iter()
+            .map(|s| format!("{stem}{s}"))
+            .collect())
+    }
+
+    /// Applies `op` like the [`Backend`] method of the same name, on the
+    /// server's clock, with a policy encoded once ([`encode_policy`]) rather
+    /// than at each call. Returns the cost the call charged with the
+    /// decision, as [`RedisBackend::apply_at`].
+    pub async fn apply(
+        &self,
+        key: impl AsRef<[u8]>,
+        policy: &EncodedPolicy,
+        op: Operation,
+    ) -> Result<Lease, BackendError> {
+        self.call(key.as_ref(), policy, op, None).await
     }
 
     /// Decides like [`Backend::check`] but at `now_us` microseconds on the
@@ -255,24 +268,33 @@ impl RedisBackend {
                  ({MAX_TIME_US}us, about the year 2112 on the Unix clock)"
             )));
         }
-        self.call(key.as_ref(), policy, op, Some(now_us)).await
+        let policy = encode_policy(policy)?;
+        self.call(key.as_ref(), &policy, op, Some(now_us)).await
+    }
+
+    /// `op` on `policy` encoded for this one call (a caller holding the
+    /// policy encodes it once with [`encode_policy`] and calls
+    /// [`RedisBackend::apply`]).
+    async fn on_policy(
+        &self,
+        key: &str,
+        policy: &Policy,
+        op: Operation,
+    ) -> Result<Lease, BackendError> {
+        self.call(key.as_bytes(), &encode_policy(policy)?, op, None)
+            .await
     }
 
     /// One call of the script: `op` on every limit of `policy`, atomically.
     async fn call(
         &self,
         key: &[u8],
-        policy: &Policy,
+        policy: &EncodedPolicy,
         op: Operation,
         now_us: Option<u64>,
     ) -> Result<Lease, BackendError> {
-        let (name, amount) = encode_operation(op, policy)?;
-        let keys = self.redis_keys(key, policy)?;
-        let limits = policy
-            .limits()
-            .iter()
-            .map(encode)
-            .collect::<Result<Vec<_>, _>>()?;
+        let (name, amount) = encode_operation(op, policy.policy())?;
+        let keys = policy.keys(&self.keys.stem(key)?);
         // The server's clock decides (no replayed time): past the deadline,
         // the script charges nothing.
         let deadline_us = match now_us {
@@ -288,10 +310,7 @@ impl RedisBackend {
                 Some(t) => cmd.arg(t).arg(self.replay_ttl_ms),
                 None => cmd.arg("").arg(0),
             };
-            cmd.arg(name).arg(amount).arg(limits.len());
-            for e in &limits {
-                cmd.arg(e.algorithm).arg(e.cap).arg(e.x).arg(e.y).arg(e.max);
-            }
+            cmd.arg(name).arg(amount).arg(policy.args());
             if let Some(deadline) = deadline_us {
                 cmd.arg(deadline);
             }
@@ -300,7 +319,7 @@ impl RedisBackend {
         let reply = self.script(&keys, peek, args).await?;
         let reply: Vec<i64> = redis::from_redis_value(reply)
             .map_err(|e| BackendError::Store(format!("unexpected reply: {e}")))?;
-        to_lease(&reply, policy.limits())
+        to_lease(&reply, policy.policy().limits())
     }
 
     /// Runs the script on `keys` (arguments from `args`) within the
@@ -396,7 +415,7 @@ impl Backend for RedisBackend {
     }
 
     async fn check(&self, key: &str, policy: &Policy, cost: u64) -> Result<Decision, BackendError> {
-        let done = self.call(key.as_bytes(), policy, Operation::Check(cost), None);
+        let done = self.on_policy(key, policy, Operation::Check(cost));
         done.await.map(|d| d.decision)
     }
 
@@ -413,12 +432,12 @@ impl Backend for RedisBackend {
         policy: &Policy,
         cost: u64,
     ) -> Result<Decision, BackendError> {
-        let done = self.call(key.as_bytes(), policy, Operation::Refund(cost), None);
+        let done = self.on_policy(key, policy, Operation::Refund(cost));
         done.await.map(|d| d.decision)
     }
 
     async fn force(&self, key: &str, policy: &Policy, cost: u64) -> Result<Decision, BackendError> {
-        let done = self.call(key.as_bytes(), policy, Operation::Force(cost), None);
+        let done = self.on_policy(key, policy, Operation::Force(cost));
         done.await.map(|d| d.decision)
     }
 
@@ -428,7 +447,7 @@ impl Backend for RedisBackend {
         policy: &Policy,
         max: u64,
     ) -> impl Future<Output = Result<Lease, BackendError>> + Send {
-        self.call(key.as_bytes(), policy, Operation::Lease(max), None)
+        self.on_policy(key, policy, Operation::Lease(max))
     }
 }
 
@@ -451,10 +470,6 @@ fn encode_operation(op: Operation, policy: &Policy) -> Result<(&'static str, u64
         Operation::Force(cost) => ("force", cost),
         Operation::Lease(max) => ("lease", exact(max)),
     })
-}
-
-fn encode(limit: &Limit) -> Result<Encoded, BackendError> {
-    exact::encode(limit).map_err(|e| BackendError::UnsupportedPolicy(e.to_string()))
 }
 
 /// A TLS server whose certificate this client does not trust: the client's

@@ -58,15 +58,15 @@ impl KeySpace {
         })
     }
 
-    /// Appends the Redis keys of `limit` for the key whose stem is `stem`:
-    /// one, or two for the sliding log (its one sorted set, and the time of
-    /// its last refund). The log's names differ from the three keys of the
-    /// two-set log of `tollgate_v3` (`:t`, `:c`, `:l`), which clients of that
-    /// version may still write during a rolling upgrade.
-    pub fn push_keys(stem: &str, limit: &Limit, out: &mut Vec<String>) {
+    /// Appends the suffixes (after a key's stem) of the Redis keys of
+    /// `limit`: one, or two for the sliding log (its one sorted set, and the
+    /// time of its last refund). The log's names differ from the three keys
+    /// of the two-set log of `tollgate_v3` (`:t`, `:c`, `:l`), which clients
+    /// of that version may still write during a rolling upgrade.
+    pub fn push_suffixes(limit: &Limit, out: &mut Vec<String>) {
         let q = &limit.quota;
         let name = format!(
-            "{stem}:{}:{}:{}:{}",
+            ":{}:{}:{}:{}",
             limit.algorithm,
             q.limit(),
             q.period_ns(),
@@ -96,14 +96,11 @@ mod tests {
     fn the_caller_key_is_the_hash_tag() {
         let ks = KeySpace::new("app:").unwrap();
         assert_eq!(ks.stem(b"user-1").unwrap(), "app:{user-1}");
-        let mut keys = vec![];
+        let mut suffixes = vec![];
         let per_sec = Quota::per_second(10).unwrap();
-        KeySpace::push_keys("app:{u}", &Limit::new(Algorithm::Gcra, per_sec), &mut keys);
-        KeySpace::push_keys(
-            "app:{u}",
-            &Limit::new(Algorithm::SlidingLog, per_sec),
-            &mut keys,
-        );
+        KeySpace::push_suffixes(&Limit::new(Algorithm::Gcra, per_sec), &mut suffixes);
+        KeySpace::push_suffixes(&Limit::new(Algorithm::SlidingLog, per_sec), &mut suffixes);
+        let keys: Vec<String> = suffixes.iter().map(|s| format!("app:{{u}}{s}")).collect();
         assert_eq!(
             keys,
             [

@@ -35,6 +35,7 @@
 
 mod backend;
 mod conn;
+mod encoded;
 pub mod exact;
 pub mod harness;
 mod keys;
@@ -46,6 +47,7 @@ pub use backend::{
     DEFAULT_TIMEOUT,
 };
 pub use conn::CLUSTER_SCHEME;
+pub use encoded::{encode_policy, EncodedPolicy};
 pub use keys::{KeySpace, MAX_KEY_BYTES};
 pub use redact::redact;
 pub use script::{eval_script, ScriptMode, FUNCTION, LIBRARY};

@@ -370,3 +370,36 @@ async fn a_full_server_still_serves_peeks_on_new_connections() {
     server.cli(&["config", "set", "maxmemory", "0"]).unwrap();
     assert!(fresh.check("full", &p, 1).await.unwrap().allowed);
 }
+
+/// A policy encoded once decides on the same state as the policy itself,
+/// and one outside the exact range is refused when encoded.
+#[tokio::test]
+async fn a_policy_encoded_once_shares_the_key_with_check() {
+    let Some(server) = common::server() else {
+        return;
+    };
+    let redis = common::backend(&server.url()).await;
+    for algorithm in Algorithm::ALL {
+        let p = policy(algorithm, 4, MINUTE);
+        let once = tollgate_redis::encode_policy(&p).unwrap();
+        let op = tollgate::Operation::Check(1);
+        let a = redis.apply("e", &once, op).await.unwrap();
+        let b = redis.check("e", &p, 1).await.unwrap();
+        let c = redis.apply("e", &once, op).await.unwrap();
+        assert_eq!(a.granted, 1, "{algorithm}");
+        assert!(c.decision.allowed, "{algorithm}");
+        // Each call takes one unit from the same count.
+        let first = a.decision.remaining;
+        assert!(first >= 3, "{algorithm}");
+        assert_eq!(
+            (b.remaining, c.decision.remaining),
+            (first - 1, first - 2),
+            "{algorithm}"
+        );
+    }
+    let odd = policy(Algorithm::FixedWindow, 10, 86_399_999_999_971);
+    assert!(matches!(
+        tollgate_redis::encode_policy(&odd),
+        Err(BackendError::UnsupportedPolicy(_))
+    ));
+}
