@@ -219,7 +219,7 @@ impl RedisBackend {
         let stem = self.keys.stem(key.as_ref())?;
         Ok(key_suffixes(policy)
             .iter()
-            .map(|s| format!("{stem}{s}"))
+            .map(|s| [stem.as_str(), s].concat())
             .collect())
     }
 
@@ -385,10 +385,12 @@ impl RedisBackend {
 /// `FCALL` (`FCALL_RO` of the read-only twin for a peek) or `EVALSHA`
 /// with `keys`, arguments to follow.
 fn invocation(eval: bool, peek: bool, keys: &[String]) -> Cmd {
-    let mut cmd = match (eval, peek) {
-        (true, _) => redis::cmd("EVALSHA").arg(script::eval_sha()).take(),
-        (false, false) => redis::cmd("FCALL").arg(script::FUNCTION).take(),
-        (false, true) => redis::cmd("FCALL_RO").arg(script::PEEK_FUNCTION).take(),
+    // Sized for a call with a few limits, so building it rarely reallocates.
+    let mut cmd = Cmd::with_capacity(16 + 5 * keys.len(), 256);
+    match (eval, peek) {
+        (true, _) => cmd.arg("EVALSHA").arg(script::eval_sha()),
+        (false, false) => cmd.arg("FCALL").arg(script::FUNCTION),
+        (false, true) => cmd.arg("FCALL_RO").arg(script::PEEK_FUNCTION),
     };
     cmd.arg(keys.len()).arg(keys);
     cmd

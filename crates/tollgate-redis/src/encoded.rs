@@ -61,7 +61,7 @@ impl EncodedPolicy {
 
     /// The Redis keys of the key whose stem is `stem`.
     pub(crate) fn keys(&self, stem: &str) -> Vec<String> {
-        self.suffixes.iter().map(|s| format!("{stem}{s}")).collect()
+        self.suffixes.iter().map(|s| [stem, s].concat()).collect()
     }
 
     /// The script's arguments after the operation (see the library).

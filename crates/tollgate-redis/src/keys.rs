@@ -49,12 +49,19 @@ impl KeySpace {
         let raw = std::str::from_utf8(key).ok().filter(|k| {
             k.len() <= MAX_KEY_BYTES && !k.contains(['{', '}']) && !k.starts_with(HASHED)
         });
+        // Built by hand: on every call, and `format!` costs several times
+        // more instructions than the copies.
+        let tagged = |tag: &str| {
+            let mut stem = String::with_capacity(self.prefix.len() + tag.len() + 2);
+            stem.push_str(&self.prefix);
+            stem.push('{');
+            stem.push_str(tag);
+            stem.push('}');
+            stem
+        };
         Ok(match raw {
-            Some(key) => format!("{}{{{key}}}", self.prefix),
-            None => {
-                let digest = sha1_smol::Sha1::from(key).digest();
-                format!("{}{{{HASHED}{digest}}}", self.prefix)
-            }
+            Some(key) => tagged(key),
+            None => tagged(&format!("{HASHED}{}", sha1_smol::Sha1::from(key).digest())),
         })
     }
 
