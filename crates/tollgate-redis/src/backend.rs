@@ -10,7 +10,7 @@ use tollgate::{Backend, BackendError, Operation, Policy};
 use tollgate_core::{Decision, Lease, Limit, RetryAfter};
 
 use crate::conn::Conn;
-use crate::encoded::{encode, encode_policy, key_suffixes, EncodedPolicy};
+use crate::encoded::{encode, encode_policy, key_suffixes, redis_keys, EncodedPolicy};
 use crate::exact::{MAX_EXACT, MAX_TIME_US};
 use crate::keys::KeySpace;
 use crate::redact::redact;
@@ -217,10 +217,7 @@ impl RedisBackend {
         policy: &Policy,
     ) -> Result<Vec<String>, BackendError> {
         let stem = self.keys.stem(key.as_ref())?;
-        Ok(key_suffixes(policy)
-            .iter()
-            .map(|s| [stem.as_str(), s].concat())
-            .collect())
+        Ok(redis_keys(&stem, &key_suffixes(policy)))
     }
 
     /// Applies `op` like the [`Backend`] method of the same name, on the

@@ -53,6 +53,13 @@ pub(crate) fn key_suffixes(policy: &Policy) -> Vec<String> {
     out
 }
 
+/// The Redis keys of the key whose stem is `stem`, one per suffix: two
+/// copies each, where `format!` would cost several times the instructions
+/// on every call.
+pub(crate) fn redis_keys(stem: &str, suffixes: &[String]) -> Vec<String> {
+    suffixes.iter().map(|s| [stem, s].concat()).collect()
+}
+
 impl EncodedPolicy {
     /// The policy encoded.
     pub fn policy(&self) -> &Policy {
@@ -61,7 +68,7 @@ impl EncodedPolicy {
 
     /// The Redis keys of the key whose stem is `stem`.
     pub(crate) fn keys(&self, stem: &str) -> Vec<String> {
-        self.suffixes.iter().map(|s| [stem, s].concat()).collect()
+        redis_keys(stem, &self.suffixes)
     }
 
     /// The script's arguments after the operation (see the library).
