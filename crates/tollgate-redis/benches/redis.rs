@@ -8,14 +8,21 @@
 //!    same `FCALL` at the same concurrency (the ceiling) and, when
 //!    `benches/node/node_modules` is installed, rate-limiter-flexible over
 //!    ioredis;
-//! 3. latency per decision at low load (one caller), next to a bare `PING`.
+//! 3. latency per decision at low load (one caller), next to a bare `PING`;
+//! 4. what a decision costs with 64 callers sharing one backend (one
+//!    multiplexed connection), over 10,000 keys and on one hot key: the
+//!    server's time per `FCALL` (`INFO commandstats`), the server process's
+//!    CPU and this process's CPU per decision, next to `redis-benchmark -c
+//!    64` sending the same `FCALL` (the ceiling one Redis sustains).
 //!
-//! `cargo bench -p tollgate-redis --bench redis [-- SECONDS]` (default 2 s
-//! per throughput run, best of three interleaved runs). Not criterion: what
+//! `cargo bench -p tollgate-redis --bench redis [-- SECONDS] [SECTION...]`
+//! (default 2 s per throughput run, best of three interleaved runs; the
+//! sections `memory`, `throughput`, `latency`, `cost`, default all). Not criterion: what
 //! matters here is throughput under concurrency against outside tools, which
 //! criterion does not model.
 
 use std::process::Command;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionManager;
@@ -34,14 +41,41 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .skip(1)
         .find_map(|a| a.parse().ok())
         .unwrap_or(2);
-    let run = Duration::from_secs(seconds);
+    let sections: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a.chars().all(|c| c.is_ascii_lowercase()))
+        .collect();
+    let wanted = |name: &str| sections.is_empty() || sections.iter().any(|s| s == name);
     let server = RedisServer::start()?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
-    rt.block_on(memory(&server))?;
     let policy = Policy::new(Limit::new(Algorithm::Gcra, Quota::per_minute(1000)?));
+    if wanted("memory") {
+        rt.block_on(memory(&server))?;
+    }
+    if wanted("throughput") {
+        throughput_table(&server, &rt, &policy, seconds)?;
+    }
+    if wanted("latency") {
+        rt.block_on(latency(&server, &policy))?;
+    }
+    if wanted("cost") {
+        cost_table(&server, &rt, seconds)?;
+    }
+    Ok(())
+}
+
+/// Decisions per second at each concurrency, one connection per caller,
+/// next to the ceiling and rate-limiter-flexible.
+fn throughput_table(
+    server: &RedisServer,
+    rt: &tokio::runtime::Runtime,
+    policy: &Policy,
+    seconds: u64,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let run = Duration::from_secs(seconds);
     println!(
         "\n## Decisions per second (GCRA 1000/min, {KEYS} random keys, best of {ROUNDS} \
          interleaved runs of {seconds} s)\n"
@@ -53,9 +87,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         // best run is the one least disturbed by other work.
         let (mut ours, mut ceiling, mut node) = (0f64, 0f64, None::<f64>);
         for _ in 0..ROUNDS {
-            ours = ours.max(rt.block_on(throughput(&server, &policy, callers, run))?);
-            ceiling = ceiling.max(redis_benchmark(&server, callers, seconds)?);
-            if let Some((rps, _, _)) = node_bench(&server, callers, seconds) {
+            ours = ours.max(rt.block_on(throughput(server, policy, callers, run))?);
+            ceiling = ceiling.max(redis_benchmark(server, callers, seconds)?);
+            if let Some((rps, _, _)) = node_bench(server, callers, seconds) {
                 node = Some(node.unwrap_or(0f64).max(rps));
             }
         }
@@ -68,7 +102,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             ours / ceiling
         );
     }
-    rt.block_on(latency(&server, &policy))?;
     Ok(())
 }
 
@@ -157,37 +190,51 @@ fn redis_benchmark(
     seconds: u64,
 ) -> Result<f64, Box<dyn std::error::Error>> {
     // About `seconds` worth at the rate a decision allows.
-    let requests = (20_000 * seconds * callers.min(4) as u64).to_string();
-    let port = server.port().to_string();
-    let callers = callers.to_string();
-    let key = "tp:{k__rand_int__}:gcra:1000:60000000000:1000";
-    // The script's arguments for this limit, as the backend sends them.
-    let limit = Limit::new(Algorithm::Gcra, Quota::per_minute(1000).unwrap());
-    let max = tollgate_redis::exact::encode(&limit).unwrap().max;
+    let requests = 20_000 * seconds * callers.min(4) as u64;
+    let limit = Limit::new(Algorithm::Gcra, Quota::per_minute(1000)?);
+    redis_benchmark_fcall(server, &limit, Keys::Many, callers, requests)
+}
+
+/// The keys decisions go to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Keys {
+    /// [`KEYS`] random keys.
+    Many,
+    /// One key for every decision.
+    Hot,
+}
+
+/// `redis-benchmark` sending `requests` `FCALL`s of a check of cost 1 under
+/// `limit` (its arguments as the backend sends them, without a deadline)
+/// over `callers` connections; its requests per second.
+fn redis_benchmark_fcall(
+    server: &RedisServer,
+    limit: &Limit,
+    keys: Keys,
+    callers: usize,
+    requests: u64,
+) -> Result<f64, Box<dyn std::error::Error>> {
+    let e = tollgate_redis::exact::encode(limit)?;
+    let q = &limit.quota;
+    let tag = match keys {
+        Keys::Many => "k__rand_int__",
+        Keys::Hot => "hot",
+    };
+    let key = format!(
+        "tp:{{{tag}}}:{}:{}:{}:{}",
+        e.algorithm,
+        q.limit(),
+        q.period_ns(),
+        q.burst()
+    );
+    let numbers = [e.cap, e.x, e.y, e.max].map(|v| v.to_string());
     let out = Command::new("redis-benchmark")
-        .args([
-            "-h",
-            "127.0.0.1",
-            "-p",
-            &port,
-            "-c",
-            &callers,
-            "-n",
-            &requests,
-        ])
+        .args(["-h", "127.0.0.1", "-p", &server.port().to_string()])
+        .args(["-c", &callers.to_string(), "-n", &requests.to_string()])
         .args(["-r", &KEYS.to_string(), "-q", "--csv"])
-        .args([
-            "FCALL",
-            tollgate_redis::FUNCTION,
-            "1",
-            key,
-            "",
-            "0",
-            "check",
-            "1",
-            "1",
-        ])
-        .args(["gcra", "1000", "60000", "1", &max.to_string()])
+        .args(["FCALL", tollgate_redis::FUNCTION, "1", &key, "", "0"])
+        .args(["check", "1", "1", e.algorithm])
+        .args(&numbers)
         .output()?;
     let text = String::from_utf8_lossy(&out.stdout);
     // --csv: a header, then "test","rps",...
@@ -251,4 +298,181 @@ async fn latency(server: &RedisServer, policy: &Policy) -> Result<(), Box<dyn st
         println!("| {name} | {:.0} | {:.0} |", pct(0.5), pct(0.99));
     }
     Ok(())
+}
+
+/// Callers of the cost table, sharing one backend.
+const COST_CALLERS: usize = 64;
+
+/// What one run cost: decisions per second, the server's time per `FCALL`
+/// (`INFO commandstats`), and CPU microseconds per decision of the server
+/// process and of this process (0 for `redis-benchmark`, another process).
+struct Cost {
+    rate: f64,
+    fcall_us: f64,
+    server_us: f64,
+    client_us: f64,
+}
+
+/// The cost table: tollgate and `redis-benchmark`, over many keys and one
+/// hot key, interleaved rounds, the median of each cell's rounds.
+fn cost_table(
+    server: &RedisServer,
+    rt: &tokio::runtime::Runtime,
+    seconds: u64,
+) -> Result<(), Box<dyn std::error::Error>> {
+    // High enough never to refuse: every decision writes.
+    let limit = Limit::new(Algorithm::Gcra, Quota::per_second(1_000_000)?);
+    let policy = Policy::new(limit);
+    let run = Duration::from_secs(seconds);
+    println!(
+        "\n## Cost of a decision ({COST_CALLERS} callers, GCRA 10^6/s never refusing, \
+         median of {ROUNDS} interleaved runs of {seconds} s, load average {})\n",
+        load_average()
+    );
+    println!("| keys | client | decisions/s | server us per FCALL | server CPU us per decision | client CPU us per decision |");
+    println!("|---|---|---:|---:|---:|---:|");
+    for keys in [Keys::Many, Keys::Hot] {
+        let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+        for _ in 0..ROUNDS {
+            ours.push(measure(server, || {
+                rt.block_on(shared_throughput(server, &policy, keys, run))
+            })?);
+            let requests = 25_000 * seconds;
+            theirs.push(measure(server, || {
+                redis_benchmark_fcall(server, &limit, keys, COST_CALLERS, requests)
+                    .map(|rps| (rps, requests, 0.0))
+            })?);
+        }
+        let rows = [
+            ("tollgate-redis `check`, policy prepared once", ours),
+            ("redis-benchmark", theirs),
+        ];
+        for (name, runs) in rows {
+            let c = median(runs);
+            println!(
+                "| {} | {name} | {:.0} | {:.2} | {:.2} | {:.2} |",
+                match keys {
+                    Keys::Many => "10,000",
+                    Keys::Hot => "1 (hot)",
+                },
+                c.rate,
+                c.fcall_us,
+                c.server_us,
+                c.client_us
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Runs `work` (which returns its decisions per second, its decisions and
+/// this process's CPU seconds) between readings of the server's counters.
+fn measure(
+    server: &RedisServer,
+    work: impl FnOnce() -> Result<(f64, u64, f64), Box<dyn std::error::Error>>,
+) -> Result<Cost, Box<dyn std::error::Error>> {
+    server.cli(&["config", "resetstat"])?;
+    let cpu_before = server_cpu(server)?;
+    let (rate, decisions, client_s) = work()?;
+    let server_s = server_cpu(server)? - cpu_before;
+    let stats = server.cli(&["info", "commandstats"])?;
+    let fcall_us = stats
+        .lines()
+        .find(|l| l.starts_with("cmdstat_fcall:"))
+        .and_then(|l| l.split("usec_per_call=").nth(1))
+        .and_then(|v| v.split(',').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0);
+    let per = |s: f64| s * 1e6 / decisions.max(1) as f64;
+    Ok(Cost {
+        rate,
+        fcall_us,
+        server_us: per(server_s),
+        client_us: per(client_s),
+    })
+}
+
+/// The server process's CPU seconds (`INFO cpu`, user and system).
+fn server_cpu(server: &RedisServer) -> Result<f64, Box<dyn std::error::Error>> {
+    let info = server.cli(&["info", "cpu"])?;
+    Ok(info
+        .lines()
+        .filter(|l| l.starts_with("used_cpu_user:") || l.starts_with("used_cpu_sys:"))
+        .filter_map(|l| l.split(':').nth(1)?.trim().parse::<f64>().ok())
+        .sum())
+}
+
+/// This process's CPU seconds (user and system, every thread).
+fn process_cpu() -> f64 {
+    // SAFETY: getrusage only writes the struct it is given.
+    let usage = unsafe {
+        let mut usage = std::mem::zeroed::<libc::rusage>();
+        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
+        usage
+    };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    secs(usage.ru_utime) + secs(usage.ru_stime)
+}
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().map(str::to_string))
+        .unwrap_or_else(|| "unknown".into())
+}
+
+fn median(mut runs: Vec<Cost>) -> Cost {
+    runs.sort_by(|a, b| a.rate.total_cmp(&b.rate));
+    runs.swap_remove(runs.len() / 2)
+}
+
+/// [`COST_CALLERS`] tasks sharing one backend (one multiplexed connection,
+/// which pipelines their concurrent calls), as an application's tasks
+/// would, with the policy prepared once: decisions per second, decisions,
+/// and this process's CPU seconds.
+async fn shared_throughput(
+    server: &RedisServer,
+    policy: &Policy,
+    keys: Keys,
+    run: Duration,
+) -> Result<(f64, u64, f64), Box<dyn std::error::Error>> {
+    let backend = RedisConfig::new(server.url())
+        .prefix("tp:")
+        .timeout(Duration::from_secs(1))
+        .connect()
+        .await?;
+    let policy = backend.prepare(policy)?;
+    backend.check("warm", &policy, 1).await?;
+    // Key names made before the clock starts: the cost is the calls'.
+    let names: Arc<Vec<String>> = Arc::new(match keys {
+        Keys::Many => (0..KEYS).map(|k| format!("k{k}")).collect(),
+        Keys::Hot => vec!["hot".into()],
+    });
+    let cpu = process_cpu();
+    let start = Instant::now();
+    let tasks: Vec<_> = (0..COST_CALLERS)
+        .map(|i| {
+            let (backend, policy, names) = (backend.clone(), policy.clone(), names.clone());
+
+            tokio::spawn(async move {
+                let mut decisions = 0u64;
+                let mut rng = 0x9e37_79b9_7f4a_7c15u64 ^ i as u64;
+                while start.elapsed() < run {
+                    rng ^= rng << 13;
+                    rng ^= rng >> 7;
+                    rng ^= rng << 17;
+                    let key = &names[(rng % names.len() as u64) as usize];
+                    backend.check(key, &policy, 1).await?;
+                    decisions += 1;
+                }
+                Ok::<_, tollgate::BackendError>(decisions)
+            })
+        })
+        .collect();
+    let mut decisions = 0;
+    for task in tasks {
+        decisions += task.await??;
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    Ok((decisions as f64 / elapsed, decisions, process_cpu() - cpu))
 }

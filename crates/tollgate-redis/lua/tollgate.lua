@@ -1,18 +1,20 @@
 #!lua name=tollgate
 --[[
 tollgate: the seven rate-limiting algorithms as one Redis Function,
-`tollgate_v3`, with every operation on a key: a decision, a refund, a
+`tollgate_v4`, with every operation on a key: a decision, a refund, a
 forced charge and a lease. The same file runs through EVALSHA on servers
 without Functions (the Rust side wraps it, see src/script.rs). The name
 carries the version of the arguments, so a server holding an older library
 reports the function missing and the client loads this one.
 
-FCALL tollgate_v3 <nkeys> <keys...> <now_us> <ttl_floor_ms> <op> <amount> <n>
+FCALL tollgate_v4 <nkeys> <keys...> <now_us> <ttl_floor_ms> <op> <amount> <n>
       then per limit: <algorithm> <cap> <x> <y> <max>
       then, optionally: <deadline_us>
-FCALL_RO tollgate_v3_peek ... the same arguments, for a check of cost 0
-(`tollgate_v2` and `tollgate_v2_peek`, the names before the deadline, are
-the same functions, so clients of the previous version keep working.)
+FCALL_RO tollgate_v4_peek ... the same arguments, for a check of cost 0
+(`tollgate_v3`, `tollgate_v2` and their `_peek` twins, the names of the
+previous versions, stay so that their clients keep working during a rolling
+upgrade: v2 is v3 without the deadline, and both keep the sliding log of
+their time, two sorted sets under other key names, see `sliding_log_v3`.)
 
   now_us        the request time in microseconds, or "" for the server's TIME
   ttl_floor_ms  the least TTL given to a charged key (0 with the server clock;
@@ -33,8 +35,8 @@ the same functions, so clients of the previous version keep working.)
                 nothing and fails with TOLLGATE_LATE, so a request refused
                 for the store's slowness is never charged afterwards. Only
                 with the server's clock (now_us "").
-  keys          one per limit, three for sliding_log (times, running totals,
-                clock)
+  keys          one per limit, two for sliding_log (the log, the time of its
+                last refund); three for v3's (times, running totals, clock)
 
 Returns {all_allowed, charged, then per limit: allowed, remaining, retry_us,
 reset_us, delay_us}: `charged` is the cost the call charged (a check's cost
@@ -269,14 +271,143 @@ algorithms.sliding_counter = packed({
   return s.prev, s.curr, s.now
 end)
 
--- Sliding log: a sorted set of admitted requests scored by time (us), and a
+-- Sliding log: one sorted set of admitted requests, scored by time (us),
+-- each member the running total of costs through its request, so a
+-- request's cost is its total less the previous member's. The total is
+-- packed order-preserving (a byte giving its length, then its big-endian
+-- bytes: 2 to 6 bytes below 2^40), so members sort like their scores:
+-- unique per request even within one microsecond, and a running total is
+-- found with ZRANGEBYLEX. (Redis leaves the lexicographic commands
+-- unspecified when scores differ, but both of its encodings answer them by
+-- walking the set in order, which gives the right answer whenever the
+-- member order is the score order, as here.) The newest request that has
+-- left the window is kept, as the running total before the live ones; a
+-- second key holds the time of the last refund, which moves the key's
+-- clock without adding a request. Every lookup is O(log n); pruning is
+-- amortised O(1).
+local function log_member(total)
+  local n = 1
+  while total >= 256 ^ n do
+    n = n + 1
+  end
+  return string.char(n) .. struct.pack('>I' .. n, total)
+end
+
+local function log_total(member)
+  return (struct.unpack('>I' .. (#member - 1), member, 2))
+end
+
+algorithms.sliding_log = {
+  keys = 2,
+  read = function(keys, i, p, now)
+    local log, clock = keys[i], keys[i + 1]
+    local newest = redis.call('ZRANGE', log, -1, -1, 'WITHSCORES')
+    local total, newest_at = 0, nil
+    if newest[1] then
+      total, newest_at = log_total(newest[1]), tonumber(newest[2])
+      now = math.max(now, newest_at)
+    end
+    local moved = redis.call('GET', clock)
+    if moved then
+      now = math.max(now, tonumber(moved))
+    end
+    -- An entry at t has left once now >= t + period, i.e. t <= now - span.
+    local cutoff = now - p.x
+    local gone = redis.call('ZREVRANGEBYSCORE', log, int(cutoff), '-inf', 'LIMIT', 0, 1)[1]
+    local start = 0
+    if gone then
+      start = log_total(gone)
+    end
+    return {
+      log = log, clock = clock, now = now, cutoff = cutoff, gone = gone,
+      total = total, start = start, newest_at = newest_at,
+    }
+  end,
+  judge = function(s, p, cost)
+    local limit, span, now = p.cap, p.x, s.now
+    local sum = s.total - s.start
+    local function report(allowed, used, at, retry)
+      local reset = 0
+      if used > 0 and at then
+        reset = at - now + span
+      end
+      return { allowed, math.max(limit - used, 0), retry, reset, 0 }
+    end
+    if cost > limit then
+      return report(0, sum, s.newest_at, -1)
+    end
+    if cost <= limit - sum or cost == 0 then
+      if cost == 0 then
+        return report(1, sum, s.newest_at, 0), s
+      end
+      return report(1, sum + cost, now, 0), { base = s, add = cost }
+    end
+    -- The oldest live requests must leave until `excess` cost has gone: the
+    -- first entry whose running total reaches start + excess.
+    local excess = sum + cost - limit
+    local k = redis.call('ZRANGEBYLEX', s.log, '[' .. log_member(s.start + excess), '+', 'LIMIT', 0, 1)[1]
+    local at = tonumber(redis.call('ZSCORE', s.log, k))
+    return report(0, sum, s.newest_at, at - now + span)
+  end,
+  change = function(s, p, op, cost)
+    if op == 'refund' then
+      return { base = s, refund = cost }
+    end
+    if cost > p.max - s.total then
+      return nil
+    end
+    return { base = s, add = cost }
+  end,
+  write = function(_, _, p, c, floor)
+    local s = c.base
+    local ttl = int(ttl_ms(p.x, floor))
+    if c.add then
+      if s.gone then
+        redis.call('ZREMRANGEBYLEX', s.log, '-', '(' .. s.gone)
+      end
+      redis.call('ZADD', s.log, int(s.now), log_member(s.total + c.add))
+      redis.call('PEXPIRE', s.log, ttl)
+      return
+    end
+    -- A refund takes from the newest live requests, as the core's does
+    -- (taking from those that have left would change no decision).
+    local left = c.refund
+    while left > 0 do
+      local two = redis.call('ZRANGE', s.log, -2, -1, 'WITHSCORES')
+      local n = #two
+      if n == 0 or tonumber(two[n]) <= s.cutoff then
+        break
+      end
+      local member, at = two[n - 1], two[n]
+      local after, before = log_total(member), 0
+      if n == 4 then
+        before = log_total(two[1])
+      end
+      redis.call('ZREM', s.log, member)
+      if after - before > left then
+        redis.call('ZADD', s.log, at, log_member(after - left))
+        left = 0
+      else
+        left = left - (after - before)
+      end
+    end
+    -- An emptied sorted set vanishes; one refilled above needs its TTL again.
+    redis.call('PEXPIRE', s.log, ttl)
+    redis.call('SET', s.clock, int(s.now), 'PX', ttl)
+  end,
+}
+
+-- The sliding log of `tollgate_v3` and `tollgate_v2`, kept (and its keys,
+-- `:t`, `:c` and `:l`, distinct from the one-set log's) so that clients of
+-- those versions still decide right on a server where a newer client loaded
+-- this library: a sorted set of admitted requests scored by time (us), and a
 -- twin scored by the running total of costs before each request; a member is
 -- the running total after its request, unique per request even within one
 -- microsecond, and zero-padded to 16 digits (2^53 has 16) so that members
 -- sharing a time sort by it. A third key holds the time of the last refund,
 -- which moves the key's clock without adding a request. Every lookup is
 -- O(log n); pruning is amortised O(1).
-algorithms.sliding_log = {
+local sliding_log_v3 = {
   keys = 3,
   read = function(keys, i, p, now)
     local times, totals, clock = keys[i], keys[i + 1], keys[i + 2]
@@ -496,8 +627,9 @@ local function judge_all(keys, limits, now, cost)
 end
 
 -- One call on all limits of a policy, atomically: every limit is charged (or
--- changed) or none is.
-local function run(keys, args)
+-- changed) or none is. `older` holds the algorithms the caller's version
+-- decides differently (by name), over `algorithms`.
+local function run(older, keys, args)
   local now = tonumber(args[1])
   local floor, op, amount, n = tonumber(args[2]), args[3], tonumber(args[4]), tonumber(args[5])
   if not now then
@@ -512,7 +644,7 @@ local function run(keys, args)
   local limits, k = {}, 1
   for l = 0, n - 1 do
     local at = 6 + 5 * l
-    local alg = algorithms[args[at]]
+    local alg = older[args[at]] or algorithms[args[at]]
     if not alg then
       return redis.error_reply('tollgate: unknown algorithm ' .. tostring(args[at]))
     end
@@ -576,11 +708,23 @@ local function run(keys, args)
   return reply
 end
 
-redis.register_function('tollgate_v3', run)
--- The same entry point for peeks (a check of cost 0), declared read-only:
--- callable with FCALL_RO, on replicas, and on a full server (maxmemory with
--- noeviction), where Redis refuses functions that may write.
-redis.register_function { function_name = 'tollgate_v3_peek', callback = run, flags = { 'no-writes' } }
--- The previous version's names: its arguments are these without a deadline.
-redis.register_function('tollgate_v2', run)
-redis.register_function { function_name = 'tollgate_v2_peek', callback = run, flags = { 'no-writes' } }
+-- The entry points of a version of the arguments, with its `older`
+-- algorithms (see `run`).
+local function register(version, older)
+  local function call(keys, args)
+    return run(older, keys, args)
+  end
+  redis.register_function('tollgate_' .. version, call)
+  -- The same entry point for peeks (a check of cost 0), declared read-only:
+  -- callable with FCALL_RO, on replicas, and on a full server (maxmemory
+  -- with noeviction), where Redis refuses functions that may write.
+  redis.register_function { function_name = 'tollgate_' .. version .. '_peek', callback = call, flags = { 'no-writes' } }
+end
+
+register('v4', {})
+-- The previous versions' names, for their clients during a rolling upgrade:
+-- their arguments are these (v2 without a deadline), their sliding log the
+-- two-set one on its own keys.
+local previous = { sliding_log = sliding_log_v3 }
+register('v3', previous)
+register('v2', previous)

@@ -10,7 +10,8 @@ use tollgate::{Backend, BackendError, Operation, Outcome, Policy};
 use tollgate_core::{Decision, Lease, Limit, RetryAfter};
 
 use crate::conn::Conn;
-use crate::exact::{self, Encoded, MAX_EXACT, MAX_TIME_US};
+use crate::encoded::{encode, encode_policy, key_suffixes, redis_keys, EncodedPolicy};
+use crate::exact::{MAX_EXACT, MAX_TIME_US};
 use crate::keys::KeySpace;
 use crate::redact::redact;
 use crate::script::{self, ScriptMode};
@@ -216,11 +217,7 @@ impl RedisBackend {
         policy: &Policy,
     ) -> Result<Vec<String>, BackendError> {
         let stem = self.keys.stem(key.as_ref())?;
-        let mut out = Vec::with_capacity(policy.limits().len() + 1);
-        for limit in policy.limits() {
-            KeySpace::push_keys(&stem, limit, &mut out);
-        }
-        Ok(out)
+        Ok(redis_keys(&stem, &key_suffixes(policy)))
     }
 
     /// Decides like [`Backend::check`] but at `now_us` microseconds on the
@@ -255,24 +252,20 @@ impl RedisBackend {
                  ({MAX_TIME_US}us, about the year 2112 on the Unix clock)"
             )));
         }
-        self.call(key.as_ref(), policy, op, Some(now_us)).await
+        let policy = encode_policy(policy)?;
+        self.call(key.as_ref(), &policy, op, Some(now_us)).await
     }
 
     /// One call of the script: `op` on every limit of `policy`, atomically.
     async fn call(
         &self,
         key: &[u8],
-        policy: &Policy,
+        policy: &EncodedPolicy,
         op: Operation,
         now_us: Option<u64>,
     ) -> Result<Lease, BackendError> {
-        let (name, amount) = encode_operation(op, policy)?;
-        let keys = self.redis_keys(key, policy)?;
-        let limits = policy
-            .limits()
-            .iter()
-            .map(encode)
-            .collect::<Result<Vec<_>, _>>()?;
+        let (name, amount) = encode_operation(op, policy.policy())?;
+        let keys = policy.keys(&self.keys.stem(key)?);
         // The server's clock decides (no replayed time): past the deadline,
         // the script charges nothing.
         let deadline_us = match now_us {
@@ -288,10 +281,7 @@ impl RedisBackend {
                 Some(t) => cmd.arg(t).arg(self.replay_ttl_ms),
                 None => cmd.arg("").arg(0),
             };
-            cmd.arg(name).arg(amount).arg(limits.len());
-            for e in &limits {
-                cmd.arg(e.algorithm).arg(e.cap).arg(e.x).arg(e.y).arg(e.max);
-            }
+            cmd.arg(name).arg(amount).arg(policy.args());
             if let Some(deadline) = deadline_us {
                 cmd.arg(deadline);
             }
@@ -300,7 +290,7 @@ impl RedisBackend {
         let reply = self.script(&keys, peek, args).await?;
         let reply: Vec<i64> = redis::from_redis_value(reply)
             .map_err(|e| BackendError::Store(format!("unexpected reply: {e}")))?;
-        to_lease(&reply, policy.limits())
+        to_lease(&reply, policy.policy().limits())
     }
 
     /// Runs the script on `keys` (arguments from `args`) within the
@@ -366,10 +356,12 @@ impl RedisBackend {
 /// `FCALL` (`FCALL_RO` of the read-only twin for a peek) or `EVALSHA`
 /// with `keys`, arguments to follow.
 fn invocation(eval: bool, peek: bool, keys: &[String]) -> Cmd {
-    let mut cmd = match (eval, peek) {
-        (true, _) => redis::cmd("EVALSHA").arg(script::eval_sha()).take(),
-        (false, false) => redis::cmd("FCALL").arg(script::FUNCTION).take(),
-        (false, true) => redis::cmd("FCALL_RO").arg(script::PEEK_FUNCTION).take(),
+    // Sized for a call with a few limits, so building it rarely reallocates.
+    let mut cmd = Cmd::with_capacity(16 + 5 * keys.len(), 256);
+    match (eval, peek) {
+        (true, _) => cmd.arg("EVALSHA").arg(script::eval_sha()),
+        (false, false) => cmd.arg("FCALL").arg(script::FUNCTION),
+        (false, true) => cmd.arg("FCALL_RO").arg(script::PEEK_FUNCTION),
     };
     cmd.arg(keys.len()).arg(keys);
     cmd
@@ -391,12 +383,12 @@ fn library(eval: bool) -> Cmd {
 }
 
 impl Backend for RedisBackend {
-    /// The policy, checked to be in the exact range.
-    type Prepared = Arc<Policy>;
+    /// The policy, encoded for the script once (which checks it is in the
+    /// exact range).
+    type Prepared = Arc<EncodedPolicy>;
 
     fn prepare(&self, policy: &Policy) -> Result<Self::Prepared, BackendError> {
-        RedisBackend::validate(policy)?;
-        Ok(Arc::new(policy.clone()))
+        encode_policy(policy).map(Arc::new)
     }
 
     async fn apply(
@@ -406,7 +398,7 @@ impl Backend for RedisBackend {
         op: Operation,
     ) -> Result<Outcome, BackendError> {
         if op == Operation::Reset {
-            let keys = self.redis_keys(key, policy)?;
+            let keys = self.redis_keys(key, policy.policy())?;
             let mut cmd = redis::cmd("DEL");
             cmd.arg(&keys);
             return self.run(&cmd, &keys[0]).await.map(|_| Outcome::Reset);
@@ -444,10 +436,6 @@ fn not_a_charge(op: Operation) -> BackendError {
     BackendError::Config(format!(
         "{op:?} charges nothing and has no time: apply it with Backend::apply"
     ))
-}
-
-fn encode(limit: &Limit) -> Result<Encoded, BackendError> {
-    exact::encode(limit).map_err(|e| BackendError::UnsupportedPolicy(e.to_string()))
 }
 
 /// A TLS server whose certificate this client does not trust: the client's

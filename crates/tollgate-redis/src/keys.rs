@@ -1,7 +1,7 @@
 //! Redis key names: `<prefix>{<key>}:<algorithm>:<limit>:<period_ns>:<burst>`.
 //!
 //! The caller's key is the hash tag, so every key of one decision (all the
-//! limits of a policy, the three keys of a sliding log) lands in one Redis
+//! limits of a policy, the two keys of a sliding log) lands in one Redis
 //! Cluster slot and one script can touch them atomically. The quota is part
 //! of the name, so changing a policy starts fresh state instead of reading
 //! state written under another quota.
@@ -49,31 +49,39 @@ impl KeySpace {
         let raw = std::str::from_utf8(key).ok().filter(|k| {
             k.len() <= MAX_KEY_BYTES && !k.contains(['{', '}']) && !k.starts_with(HASHED)
         });
+        // Built by hand: on every call, and `format!` costs several times
+        // more instructions than the copies.
+        let tagged = |tag: &str| {
+            let mut stem = String::with_capacity(self.prefix.len() + tag.len() + 2);
+            stem.push_str(&self.prefix);
+            stem.push('{');
+            stem.push_str(tag);
+            stem.push('}');
+            stem
+        };
         Ok(match raw {
-            Some(key) => format!("{}{{{key}}}", self.prefix),
-            None => {
-                let digest = sha1_smol::Sha1::from(key).digest();
-                format!("{}{{{HASHED}{digest}}}", self.prefix)
-            }
+            Some(key) => tagged(key),
+            None => tagged(&format!("{HASHED}{}", sha1_smol::Sha1::from(key).digest())),
         })
     }
 
-    /// Appends the Redis keys of `limit` for the key whose stem is `stem`:
-    /// one, or three for the sliding log (its times, its running totals and
-    /// the time of its last refund).
-    pub fn push_keys(stem: &str, limit: &Limit, out: &mut Vec<String>) {
+    /// Appends the suffixes (after a key's stem) of the Redis keys of
+    /// `limit`: one, or two for the sliding log (its one sorted set, and the
+    /// time of its last refund). The log's names differ from the three keys
+    /// of the two-set log of `tollgate_v3` (`:t`, `:c`, `:l`), which clients
+    /// of that version may still write during a rolling upgrade.
+    pub fn push_suffixes(limit: &Limit, out: &mut Vec<String>) {
         let q = &limit.quota;
         let name = format!(
-            "{stem}:{}:{}:{}:{}",
+            ":{}:{}:{}:{}",
             limit.algorithm,
             q.limit(),
             q.period_ns(),
             q.burst()
         );
         if limit.algorithm == Algorithm::SlidingLog {
-            out.push(format!("{name}:t"));
-            out.push(format!("{name}:c"));
-            out.push(format!("{name}:l"));
+            out.push(format!("{name}:log"));
+            out.push(format!("{name}:refund"));
         } else {
             out.push(name);
         }
@@ -95,21 +103,17 @@ mod tests {
     fn the_caller_key_is_the_hash_tag() {
         let ks = KeySpace::new("app:").unwrap();
         assert_eq!(ks.stem(b"user-1").unwrap(), "app:{user-1}");
-        let mut keys = vec![];
+        let mut suffixes = vec![];
         let per_sec = Quota::per_second(10).unwrap();
-        KeySpace::push_keys("app:{u}", &Limit::new(Algorithm::Gcra, per_sec), &mut keys);
-        KeySpace::push_keys(
-            "app:{u}",
-            &Limit::new(Algorithm::SlidingLog, per_sec),
-            &mut keys,
-        );
+        KeySpace::push_suffixes(&Limit::new(Algorithm::Gcra, per_sec), &mut suffixes);
+        KeySpace::push_suffixes(&Limit::new(Algorithm::SlidingLog, per_sec), &mut suffixes);
+        let keys: Vec<String> = suffixes.iter().map(|s| format!("app:{{u}}{s}")).collect();
         assert_eq!(
             keys,
             [
                 "app:{u}:gcra:10:1000000000:10",
-                "app:{u}:sliding_log:10:1000000000:10:t",
-                "app:{u}:sliding_log:10:1000000000:10:c",
-                "app:{u}:sliding_log:10:1000000000:10:l"
+                "app:{u}:sliding_log:10:1000000000:10:log",
+                "app:{u}:sliding_log:10:1000000000:10:refund"
             ]
         );
     }

@@ -28,13 +28,14 @@
 //! ```
 //!
 //! Keys are `<prefix>{<key>}:<algorithm>:<limit>:<period_ns>:<burst>`; the
-//! sliding log keeps two sorted sets per key and limit, and the time of its
-//! last refund. A sliding log's
+//! sliding log keeps one sorted set per key and limit (`:log`, a member per
+//! request), and the time of its last refund (`:refund`). A sliding log's
 //! running total of admitted cost must stay below 2^53 over the key's life
 //! (it restarts when the key expires): 285 years at a million per second.
 
 mod backend;
 mod conn;
+mod encoded;
 pub mod exact;
 pub mod harness;
 mod keys;
@@ -46,6 +47,7 @@ pub use backend::{
     DEFAULT_TIMEOUT,
 };
 pub use conn::CLUSTER_SCHEME;
+pub use encoded::{encode_policy, EncodedPolicy};
 pub use keys::{KeySpace, MAX_KEY_BYTES};
 pub use redact::redact;
 pub use script::{eval_script, ScriptMode, FUNCTION, LIBRARY};

@@ -9,11 +9,11 @@ pub const LIBRARY: &str = include_str!("../lua/tollgate.lua");
 
 /// The function every call of the backend runs: one entry point for every
 /// operation, named with the version of its arguments (see the library).
-pub const FUNCTION: &str = "tollgate_v3";
+pub const FUNCTION: &str = "tollgate_v4";
 
 /// The same entry point declared read-only (`FCALL_RO`), for peeks: it
 /// works on a full server, where Redis refuses functions that may write.
-pub const PEEK_FUNCTION: &str = "tollgate_v3_peek";
+pub const PEEK_FUNCTION: &str = "tollgate_v4_peek";
 
 /// How decisions reach the script.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -55,7 +55,7 @@ async fn every_charged_key_gets_its_reset_after_as_ttl() {
         // A refund writes too (the log's third key holds its time).
         redis.refund("ttl", &policy, 1).await.unwrap();
         let reset_ms = d.reset_after.div_ceil(1_000_000);
-        for key in redis.redis_keys("ttl", &policy).unwrap() {
+        for key in redis.redis_keys("ttl", policy.policy()).unwrap() {
             let ttl: i64 = server.cli(&["pttl", &key]).unwrap().trim().parse().unwrap();
             assert!(
                 ttl > 0 && ttl as u64 <= reset_ms,
@@ -114,15 +114,9 @@ async fn bad_policies_and_keys_are_refused_before_reaching_redis() {
         tollgate::Store::new(odd.clone(), &redis),
         Err(BackendError::UnsupportedPolicy(_))
     ));
-    // Each call checks again, so a policy that skipped `prepare` is refused
-    // as well.
-    assert!(matches!(
-        redis.check("k", &std::sync::Arc::new(odd), 1).await,
-        Err(BackendError::UnsupportedPolicy(_))
-    ));
     let fine = policy(Algorithm::Gcra, 10, MINUTE);
     let fine = redis.prepare(&fine).unwrap();
-    assert!(RedisBackend::validate(&fine).is_ok());
+    assert!(RedisBackend::validate(fine.policy()).is_ok());
     assert!(matches!(
         redis.check("", &fine, 1).await,
         Err(BackendError::InvalidKey(_))
@@ -130,14 +124,14 @@ async fn bad_policies_and_keys_are_refused_before_reaching_redis() {
     let huge = "k".repeat(10_000);
     assert!(
         redis
-            .check_at(&huge, &fine, 1, T0_US)
+            .check_at(&huge, fine.policy(), 1, T0_US)
             .await
             .unwrap()
             .allowed
     );
     assert_eq!(
         redis
-            .check_at(&huge, &fine, 10, T0_US)
+            .check_at(&huge, fine.policy(), 10, T0_US)
             .await
             .unwrap()
             .retry_after,
@@ -396,4 +390,36 @@ async fn a_full_server_still_serves_peeks_on_new_connections() {
             .unwrap()
             .allowed
     );
+}
+
+/// Two preparations of one policy decide on the same state, and a policy
+/// outside the exact range is refused when prepared.
+#[tokio::test]
+async fn a_policy_prepared_twice_shares_the_key() {
+    let Some(server) = common::server() else {
+        return;
+    };
+    let redis = common::backend(&server.url()).await;
+    for algorithm in Algorithm::ALL {
+        let p = policy(algorithm, 4, MINUTE);
+        let once = redis.prepare(&p).unwrap();
+        let again = redis.prepare(&p).unwrap();
+        let a = redis.check("e", &once, 1).await.unwrap();
+        let b = redis.check("e", &again, 1).await.unwrap();
+        let c = redis.check("e", &once, 1).await.unwrap();
+        assert!(a.allowed && b.allowed && c.allowed, "{algorithm}");
+        // Each call takes one unit from the same count.
+        let first = a.remaining;
+        assert!(first >= 3, "{algorithm}");
+        assert_eq!(
+            (b.remaining, c.remaining),
+            (first - 1, first - 2),
+            "{algorithm}"
+        );
+    }
+    let odd = policy(Algorithm::FixedWindow, 10, 86_399_999_999_971);
+    assert!(matches!(
+        redis.prepare(&odd),
+        Err(BackendError::UnsupportedPolicy(_))
+    ));
 }

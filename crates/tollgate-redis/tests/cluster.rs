@@ -41,14 +41,17 @@ async fn cluster_decides_like_the_core_and_reloads_a_lost_library() {
             {
                 let now = T0_US + dt * (step as u64 + 1);
                 let core = decide_all(&mut states, pair, now * 1000, cost);
-                let store = redis.check_at(&key, &policy, cost, now).await.unwrap();
+                let store = redis
+                    .check_at(&key, policy.policy(), cost, now)
+                    .await
+                    .unwrap();
                 assert_eq!(
                     store,
                     common::at_store_resolution(core),
                     "{key} step {step}"
                 );
             }
-            let slot_key = redis.redis_keys(&key, &policy).unwrap().remove(0);
+            let slot_key = redis.redis_keys(&key, policy.policy()).unwrap().remove(0);
             let slot = cluster.nodes()[0]
                 .cli(&["cluster", "keyslot", &slot_key])
                 .unwrap();
