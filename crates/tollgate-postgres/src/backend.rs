@@ -7,12 +7,12 @@ use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio_postgres::tls::{MakeTlsConnect, TlsConnect};
-use tokio_postgres::types::Type;
+use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{NoTls, Socket};
 use tollgate::{Backend, BackendError, Operation, Policy};
 use tollgate_core::{Decision, Lease, Limit, RetryAfter};
 
-use crate::encoding::{encode, encode_operation, stored_key};
+use crate::encoding::{bucket_charge, encode, encode_operation, stored_key};
 use crate::errors::{classify, from_pool};
 use crate::numeric::{Integer, Numeric};
 use crate::schema::{self, Migration, Names, DEFAULT_SCHEMA, DEFAULT_TABLE};
@@ -47,6 +47,20 @@ const APPLY_TYPES: [Type; 8] = [
     Type::INT8_ARRAY,
     Type::INT2,
     Type::NUMERIC,
+    Type::INT8,
+    Type::INT8,
+    Type::INT8,
+];
+
+/// The parameter types of the one-statement charge.
+const CHARGE_TYPES: [Type; 10] = [
+    Type::TEXT,
+    Type::INT8,
+    Type::INT8,
+    Type::INT8,
+    Type::INT8,
+    Type::INT8,
+    Type::INT8,
     Type::INT8,
     Type::INT8,
     Type::INT8,
@@ -216,6 +230,7 @@ impl PostgresConfig {
             pool,
             sql: Arc::new(Statements {
                 apply: names.apply_sql(),
+                charge: names.charge_sql(),
                 reset: names.reset_sql(),
                 cleanup: names.cleanup_sql(),
             }),
@@ -325,6 +340,7 @@ pub struct PostgresBackend {
 
 struct Statements {
     apply: String,
+    charge: String,
     reset: String,
     cleanup: String,
 }
@@ -435,6 +451,30 @@ impl PostgresBackend {
         let run = async {
             let client = self.client().await?;
             let db = |e: tokio_postgres::Error| classify(&e, self.timeout);
+            if let Some([alg, l, p, b, cost]) = bucket_charge(op, policy, &encoded) {
+                // One plain UPDATE admits most charges; a denial or a new
+                // key falls through to the function, which explains it.
+                let statement = client
+                    .prepare_typed_cached(&self.sql.charge, &CHARGE_TYPES)
+                    .await
+                    .map_err(db)?;
+                let args: [&(dyn ToSql + Sync); 10] = [
+                    &key,
+                    &encoded.id,
+                    &alg,
+                    &l,
+                    &p,
+                    &b,
+                    &cost,
+                    &now,
+                    &floor_ns,
+                    &deadline,
+                ];
+                if let Some(row) = client.query_opt(&statement, &args).await.map_err(db)? {
+                    let values: Vec<Integer> = row.try_get(0).map_err(db)?;
+                    return Ok(values);
+                }
+            }
             let statement = client
                 .prepare_typed_cached(&self.sql.apply, &APPLY_TYPES)
                 .await

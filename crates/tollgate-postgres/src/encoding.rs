@@ -22,6 +22,32 @@ pub(crate) fn encode_operation(op: Operation, policy: &Policy) -> Result<(i16, u
     })
 }
 
+/// The arguments of the one-statement charge (`sql/bucket_charge.sql`):
+/// `[algorithm, limit, period_ns, burst, cost]` when `op` charges `0 < cost
+/// <= burst` to a policy of one token bucket, GCRA or leaky meter; `None`
+/// for every other call, which `_apply_within` decides.
+pub(crate) fn bucket_charge(
+    op: Operation,
+    policy: &Policy,
+    encoded: &EncodedPolicy,
+) -> Option<[i64; 5]> {
+    let Operation::Check(cost) = op else {
+        return None;
+    };
+    let [limit] = policy.limits() else {
+        return None;
+    };
+    let bucket = matches!(
+        limit.algorithm,
+        Algorithm::TokenBucket | Algorithm::Gcra | Algorithm::LeakyBucket
+    );
+    let [code, l, p, b] = encoded.limits[..] else {
+        return None;
+    };
+    // A cost above the burst is never admitted: `_apply` says so.
+    (bucket && cost > 0 && cost <= limit.quota.burst()).then_some([code, l, p, b, cost as i64])
+}
+
 /// The key as stored: itself when it is 1 to [`MAX_KEY_BYTES`] bytes without
 /// NUL (which `text` cannot hold) and not starting with `#`; otherwise `#`
 /// and the SHA-1 of the key in hex.

@@ -10,7 +10,7 @@ use tollgate::BackendError;
 use crate::errors::classify;
 
 /// The schema version this crate installs and works with.
-pub const SCHEMA_VERSION: i32 = 2;
+pub const SCHEMA_VERSION: i32 = 3;
 
 /// Default schema of the state table and its functions.
 pub const DEFAULT_SCHEMA: &str = "tollgate";
@@ -36,6 +36,34 @@ pub(crate) const CLOCK_SQL: &str =
 const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [
     include_str!("../sql/schema.sql"),
     include_str!("../sql/deadline.sql"),
+    include_str!("../sql/bigint_buckets.sql"),
+];
+
+/// The expressions `sql/bucket_charge.sql` names, spelled out in this order
+/// (each may use the ones after it).
+const CHARGE_TERMS: [(&str, &str); 6] = [
+    ("@CHARGED@", "(@DEBT@ + $7::bigint::numeric * $5::bigint)"),
+    (
+        "@DEBT@",
+        "(CASE $3::bigint \
+         WHEN 4 THEN @CAP@ - least(@CAP@, r.state[1] + (@NOW@ - r.state[2]) * $4::bigint) \
+         WHEN 5 THEN greatest(r.state[1] - @NOW@ * $4::bigint, 0) \
+         ELSE greatest(r.state[1] - (@NOW@ - r.state[2]) * $4::bigint, 0) END)",
+    ),
+    (
+        "@STORED@",
+        "(CASE $3::bigint WHEN 4 THEN @CAP@ - r.state[1] \
+         WHEN 5 THEN r.state[1] - r.state[2] * $4::bigint ELSE r.state[1] END)",
+    ),
+    (
+        "@NOW@",
+        "greatest(coalesce($8::bigint, @STMT@)::numeric, r.state[2])",
+    ),
+    (
+        "@STMT@",
+        "(extract(epoch FROM statement_timestamp()) * 1000000000)::bigint",
+    ),
+    ("@CAP@", "($6::bigint::numeric * $5::bigint)"),
 ];
 
 /// A schema and table name, checked to be plain lower-case identifiers (so
@@ -85,6 +113,16 @@ impl Names {
             "SELECT {}_apply_within($1, $2, $3, $4, $5, $6, $7, $8)",
             self.qualified()
         )
+    }
+
+    /// The one-statement charge of a single bucket-family limit (see
+    /// `sql/bucket_charge.sql`).
+    pub(crate) fn charge_sql(&self) -> String {
+        let sql = CHARGE_TERMS.iter().fold(
+            include_str!("../sql/bucket_charge.sql").to_owned(),
+            |sql, (name, term)| sql.replace(name, term),
+        );
+        self.render(&sql)
     }
 
     pub(crate) fn reset_sql(&self) -> String {
