@@ -9,10 +9,10 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio_postgres::tls::{MakeTlsConnect, TlsConnect};
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{NoTls, Socket};
-use tollgate::{Backend, BackendError, Operation, Policy};
+use tollgate::{Algorithm, Backend, BackendError, Operation, Policy};
 use tollgate_core::{Decision, Lease, Limit, RetryAfter};
 
-use crate::encoding::{bucket_charge, encode, encode_operation, stored_key};
+use crate::encoding::{bucket_charge, encode, encode_operation, stored_key, BUCKETS};
 use crate::errors::{classify, from_pool};
 use crate::numeric::{Integer, Numeric};
 use crate::schema::{self, Migration, Names, DEFAULT_SCHEMA, DEFAULT_TABLE};
@@ -53,9 +53,8 @@ const APPLY_TYPES: [Type; 8] = [
 ];
 
 /// The parameter types of the one-statement charge.
-const CHARGE_TYPES: [Type; 10] = [
+const CHARGE_TYPES: [Type; 9] = [
     Type::TEXT,
-    Type::INT8,
     Type::INT8,
     Type::INT8,
     Type::INT8,
@@ -230,7 +229,7 @@ impl PostgresConfig {
             pool,
             sql: Arc::new(Statements {
                 apply: names.apply_sql(),
-                charge: names.charge_sql(),
+                charge: BUCKETS.map(|a| (a, names.charge_sql(a))),
                 reset: names.reset_sql(),
                 cleanup: names.cleanup_sql(),
             }),
@@ -340,7 +339,8 @@ pub struct PostgresBackend {
 
 struct Statements {
     apply: String,
-    charge: String,
+    /// The one-statement charge of each algorithm of [`BUCKETS`].
+    charge: [(Algorithm, String); 3],
     reset: String,
     cleanup: String,
 }
@@ -451,17 +451,20 @@ impl PostgresBackend {
         let run = async {
             let client = self.client().await?;
             let db = |e: tokio_postgres::Error| classify(&e, self.timeout);
-            if let Some([alg, l, p, b, cost]) = bucket_charge(op, policy, &encoded) {
+            let charge = bucket_charge(op, policy).and_then(|(algorithm, args)| {
+                let (_, sql) = self.sql.charge.iter().find(|(a, _)| *a == algorithm)?;
+                Some((sql, args))
+            });
+            if let Some((sql, [l, p, b, cost])) = charge {
                 // One plain UPDATE admits most charges; a denial or a new
                 // key falls through to the function, which explains it.
                 let statement = client
-                    .prepare_typed_cached(&self.sql.charge, &CHARGE_TYPES)
+                    .prepare_typed_cached(sql, &CHARGE_TYPES)
                     .await
                     .map_err(db)?;
-                let args: [&(dyn ToSql + Sync); 10] = [
+                let args: [&(dyn ToSql + Sync); 9] = [
                     &key,
                     &encoded.id,
-                    &alg,
                     &l,
                     &p,
                     &b,

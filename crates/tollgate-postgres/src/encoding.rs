@@ -22,30 +22,28 @@ pub(crate) fn encode_operation(op: Operation, policy: &Policy) -> Result<(i16, u
     })
 }
 
-/// The arguments of the one-statement charge (`sql/bucket_charge.sql`):
-/// `[algorithm, limit, period_ns, burst, cost]` when `op` charges `0 < cost
-/// <= burst` to a policy of one token bucket, GCRA or leaky meter; `None`
-/// for every other call, which `_apply_within` decides.
-pub(crate) fn bucket_charge(
-    op: Operation,
-    policy: &Policy,
-    encoded: &EncodedPolicy,
-) -> Option<[i64; 5]> {
-    let Operation::Check(cost) = op else {
+/// The algorithms of the one-statement charge (`sql/bucket_charge.sql`).
+pub(crate) const BUCKETS: [Algorithm; 3] = [
+    Algorithm::TokenBucket,
+    Algorithm::Gcra,
+    Algorithm::LeakyBucket,
+];
+
+/// The algorithm and the arguments `[limit, period_ns, burst, cost]` of the
+/// one-statement charge when `op` charges `0 < cost <= burst` to a policy of
+/// one limit of [`BUCKETS`]; `None` for every other call, which
+/// `_apply_within` decides.
+pub(crate) fn bucket_charge(op: Operation, policy: &Policy) -> Option<(Algorithm, [i64; 4])> {
+    let (Operation::Check(cost), [limit]) = (op, policy.limits()) else {
         return None;
     };
-    let [limit] = policy.limits() else {
-        return None;
-    };
-    let bucket = matches!(
-        limit.algorithm,
-        Algorithm::TokenBucket | Algorithm::Gcra | Algorithm::LeakyBucket
-    );
-    let [code, l, p, b] = encoded.limits[..] else {
-        return None;
-    };
-    // A cost above the burst is never admitted: `_apply` says so.
-    (bucket && cost > 0 && cost <= limit.quota.burst()).then_some([code, l, p, b, cost as i64])
+    let q = &limit.quota;
+    // A cost above the burst is never admitted: `_apply` says so. Quota
+    // bounds (10^12, 2^62) are far below i64::MAX.
+    (BUCKETS.contains(&limit.algorithm) && cost > 0 && cost <= q.burst()).then(|| {
+        let args = [q.limit(), q.period_ns(), q.burst(), cost].map(|v| v as i64);
+        (limit.algorithm, args)
+    })
 }
 
 /// The key as stored: itself when it is 1 to [`MAX_KEY_BYTES`] bytes without

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use tokio_postgres::Client;
-use tollgate::BackendError;
+use tollgate::{Algorithm, BackendError};
 
 use crate::errors::classify;
 
@@ -40,30 +40,48 @@ const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [
 ];
 
 /// The expressions `sql/bucket_charge.sql` names, spelled out in this order
-/// (each may use the ones after it).
-const CHARGE_TERMS: [(&str, &str); 6] = [
-    ("@CHARGED@", "(@DEBT@ + $7::bigint::numeric * $5::bigint)"),
+/// (each may use the ones after it): first those of the algorithm, then
+/// [`CHARGE_TERMS`].
+fn charge_terms(algorithm: Algorithm) -> [(&'static str, &'static str); 3] {
+    match algorithm {
+        // [tokens, last]: the tokens refill from `last` up to the capacity.
+        Algorithm::TokenBucket => [
+            ("@CHARGED_STATE@", "@CAP@ - (@DEBT@ + @COST@)"),
+            (
+                "@DEBT@",
+                "(@CAP@ - least(@CAP@, r.state[1] + (@NOW@ - r.state[2]) * $3::bigint))",
+            ),
+            ("@STORED@", "(@CAP@ - r.state[1])"),
+        ],
+        // [tat, last]: the theoretical arrival time, in ticks since 0.
+        Algorithm::Gcra => [
+            ("@CHARGED_STATE@", "@NOW@ * $3::bigint + @DEBT@ + @COST@"),
+            ("@DEBT@", "greatest(r.state[1] - @NOW@ * $3::bigint, 0)"),
+            ("@STORED@", "(r.state[1] - r.state[2] * $3::bigint)"),
+        ],
+        // [level, last]: the level drains from `last`.
+        _ => [
+            ("@CHARGED_STATE@", "@DEBT@ + @COST@"),
+            (
+                "@DEBT@",
+                "greatest(r.state[1] - (@NOW@ - r.state[2]) * $3::bigint, 0)",
+            ),
+            ("@STORED@", "r.state[1]"),
+        ],
+    }
+}
+
+/// The terms every algorithm's charge shares; the uncorrelated sub-selects
+/// are computed once per statement.
+const CHARGE_TERMS: [(&str, &str); 4] = [
+    ("@NOW@", "greatest(@START@, r.state[2])"),
     (
-        "@DEBT@",
-        "(CASE $3::bigint \
-         WHEN 4 THEN @CAP@ - least(@CAP@, r.state[1] + (@NOW@ - r.state[2]) * $4::bigint) \
-         WHEN 5 THEN greatest(r.state[1] - @NOW@ * $4::bigint, 0) \
-         ELSE greatest(r.state[1] - (@NOW@ - r.state[2]) * $4::bigint, 0) END)",
+        "@START@",
+        "(SELECT coalesce($7::bigint, \
+         (extract(epoch FROM statement_timestamp()) * 1000000000)::bigint)::numeric)",
     ),
-    (
-        "@STORED@",
-        "(CASE $3::bigint WHEN 4 THEN @CAP@ - r.state[1] \
-         WHEN 5 THEN r.state[1] - r.state[2] * $4::bigint ELSE r.state[1] END)",
-    ),
-    (
-        "@NOW@",
-        "greatest(coalesce($8::bigint, @STMT@)::numeric, r.state[2])",
-    ),
-    (
-        "@STMT@",
-        "(extract(epoch FROM statement_timestamp()) * 1000000000)::bigint",
-    ),
-    ("@CAP@", "($6::bigint::numeric * $5::bigint)"),
+    ("@CAP@", "(SELECT $5::bigint::numeric * $4::bigint)"),
+    ("@COST@", "(SELECT $6::bigint::numeric * $4::bigint)"),
 ];
 
 /// A schema and table name, checked to be plain lower-case identifiers (so
@@ -115,10 +133,10 @@ impl Names {
         )
     }
 
-    /// The one-statement charge of a single bucket-family limit (see
-    /// `sql/bucket_charge.sql`).
-    pub(crate) fn charge_sql(&self) -> String {
-        let sql = CHARGE_TERMS.iter().fold(
+    /// The one-statement charge of a single limit of `algorithm`, of the
+    /// bucket family (see `sql/bucket_charge.sql`).
+    pub(crate) fn charge_sql(&self, algorithm: Algorithm) -> String {
+        let sql = charge_terms(algorithm).iter().chain(&CHARGE_TERMS).fold(
             include_str!("../sql/bucket_charge.sql").to_owned(),
             |sql, (name, term)| sql.replace(name, term),
         );
