@@ -36,7 +36,7 @@ pub(crate) const CLOCK_SQL: &str =
 const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [
     include_str!("../sql/schema.sql"),
     include_str!("../sql/deadline.sql"),
-    include_str!("../sql/bigint_buckets.sql"),
+    include_str!("../sql/charge_helpers.sql"),
 ];
 
 /// The expressions `sql/bucket_charge.sql` names, spelled out in this order
