@@ -40,13 +40,14 @@ fn migrate_then_replay_and_check_through_postgres() {
     let server = PgServer::start().unwrap_or_else(|e| panic!("{e}"));
     let url = server.url();
     let migrate = ["migrate", "--store", url.as_str()];
+    let version = tollgate_postgres::SCHEMA_VERSION;
     assert_eq!(
         stdout_of(&migrate, "").trim(),
-        "tollgate.state: schema migrated from version 0 to 2"
+        format!("tollgate.state: schema migrated from version 0 to {version}")
     );
     assert_eq!(
         stdout_of(&migrate, "").trim(),
-        "tollgate.state: schema already at version 2"
+        format!("tollgate.state: schema already at version {version}")
     );
 
     // Replays through PostgreSQL are exact: the in-process output, byte for byte.

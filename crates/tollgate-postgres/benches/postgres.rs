@@ -12,9 +12,17 @@
 //! 3. bytes per key: `pg_column_size` of a row per algorithm, and the
 //!    table's and its indexes' sizes at 1M keys.
 //!
+//! 4. with `-- seed`, only this: pgbench running the statement a check
+//!    sends (a token bucket of capacity 100 refilled at 10/s, then GCRA of
+//!    the same shape) against the baseline of a hand-written limiter, one
+//!    float `UPDATE ... WHERE enough tokens ... RETURNING` on a table of
+//!    10,000 buckets, at 1, 16 and 64 clients, medians of 3 interleaved
+//!    rounds and their ratios.
+//!
 //! `cargo bench -p tollgate-postgres --bench postgres [-- SECONDS]` (default
 //! 2 s per throughput run, best of three interleaved runs); `-- sizes` for
-//! the bytes per key only.
+//! the bytes per key only; `-- seed [SECONDS]` for the comparison (default
+//! 5 s per run).
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -41,6 +49,11 @@ fn main() -> Result<(), Error> {
     let seconds: u64 = args.iter().find_map(|a| a.parse().ok()).unwrap_or(2);
     // `sizes` measures only the bytes per key.
     let only_sizes = args.iter().any(|a| a == "sizes");
+    if args.iter().any(|a| a == "seed") {
+        return against_a_hand_written_bucket(
+            args.iter().find_map(|a| a.parse().ok()).unwrap_or(5),
+        );
+    }
     let run = Duration::from_secs(seconds);
     let server = PgServer::start()?;
     let redis = RedisServer::start().ok();
@@ -51,7 +64,11 @@ fn main() -> Result<(), Error> {
     let policy = Policy::new(Limit::new(Algorithm::Gcra, Quota::per_minute(1000)?));
     let admin = rt.block_on(connect(&server.url()))?;
     rt.block_on(PostgresConfig::new(server.url()).run_migrations())?;
-    let script = rt.block_on(pgbench_script(&server, &admin, &policy))?;
+    let script = write_script(
+        &std::env::temp_dir(),
+        "gcra",
+        &tollgate_postgres::harness::pgbench_check_script(&policy, 1, KEYS),
+    )?;
     let naive = rt.block_on(NaiveWindow::create(&admin, "naive_bench", 1_000_000_000))?;
     drop(naive);
 
@@ -238,40 +255,6 @@ async fn redis_throughput(
     decisions(backends, policy, run).await
 }
 
-/// A pgbench script sending the very statement a decision sends, with the
-/// policy's id as the backend computes it (read back from a row).
-async fn pgbench_script(
-    server: &PgServer,
-    admin: &Client,
-    policy: &Policy,
-) -> Result<String, Error> {
-    let backend = PostgresConfig::new(server.url())
-        .prefix("probe:")
-        .cleanup_every(None)
-        .timeout(Duration::from_secs(10))
-        .connect()
-        .await?;
-    backend.check("k", &backend.prepare(policy)?, 1).await?;
-    let id: i64 = admin
-        .query_one(
-            "SELECT policy FROM tollgate.state WHERE key = 'probe:k'",
-            &[],
-        )
-        .await?
-        .get(0);
-    let path = std::env::temp_dir().join(format!("tollgate-pgbench-{}.sql", std::process::id()));
-    std::fs::write(
-        &path,
-        format!(
-            "\\set k random(0, {})\n\
-             SELECT tollgate.state_apply('k' || :k, {id}, '{{5,1000,60000000000,1000}}'::bigint[], \
-             0::smallint, 1::numeric, NULL::bigint, 0::bigint);\n",
-            KEYS - 1
-        ),
-    )?;
-    Ok(path.to_string_lossy().into_owned())
-}
-
 /// `pgbench` with `callers` connections running the script, prepared
 /// statements like the driver's; transactions (= decisions) per second.
 fn pgbench(server: &PgServer, script: &str, callers: usize, seconds: u64) -> Result<f64, Error> {
@@ -412,4 +395,132 @@ async fn bytes_per_key(server: &PgServer, admin: &Client) -> Result<(), Error> {
         );
     }
     Ok(())
+}
+
+/// The hand-written baseline: a float bucket per key (capacity 100, 10
+/// tokens a second), one statement that refills, checks and takes a token
+/// in place, and returns nothing when the bucket is short.
+const BASELINE_TABLE: &str = "CREATE TABLE rate_limit_bucket (
+    bucket_key VARCHAR(200) PRIMARY KEY,
+    tokens DOUBLE PRECISION NOT NULL,
+    updated_at TIMESTAMP NOT NULL)";
+const BASELINE_SCRIPT: &str = "\\set k random(0, 9999)
+UPDATE rate_limit_bucket SET tokens = LEAST(100, tokens + 10 * GREATEST(0, EXTRACT(EPOCH FROM (CURRENT_TIMESTAMP - updated_at)))) - 1, updated_at = CURRENT_TIMESTAMP WHERE bucket_key = 'k' || :k AND LEAST(100, tokens + 10 * GREATEST(0, EXTRACT(EPOCH FROM (CURRENT_TIMESTAMP - updated_at)))) >= 1 RETURNING tokens;
+";
+
+/// pgbench's transactions per second for the baseline and for what a check
+/// sends (token bucket and GCRA, capacity 100 at 10/s), every key's row
+/// made beforehand; medians of interleaved rounds, with the load average
+/// read before each round.
+fn against_a_hand_written_bucket(seconds: u64) -> Result<(), Error> {
+    let server = PgServer::start()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let admin = rt.block_on(connect(&server.url()))?;
+    rt.block_on(PostgresConfig::new(server.url()).run_migrations())?;
+    rt.block_on(admin.batch_execute(&format!(
+        "{BASELINE_TABLE};
+         INSERT INTO rate_limit_bucket
+             SELECT 'k' || i, 100, CURRENT_TIMESTAMP FROM generate_series(0, {}) i",
+        KEYS - 1
+    )))?;
+    let quota = Quota::with_parts(10, 1_000_000_000, 100)?;
+    let dir = std::env::temp_dir();
+    let mut scripts = vec![(
+        "hand-written float bucket".to_string(),
+        write_script(&dir, "baseline", BASELINE_SCRIPT)?,
+    )];
+    for algorithm in [Algorithm::TokenBucket, Algorithm::Gcra] {
+        let policy = Policy::new(Limit::new(algorithm, quota));
+        rt.block_on(charge_every_key(&server, &policy))?;
+        let script = tollgate_postgres::harness::pgbench_check_script(&policy, 1, KEYS);
+        scripts.push((
+            format!("tollgate {algorithm}"),
+            write_script(&dir, &algorithm.to_string(), &script)?,
+        ));
+    }
+    rt.block_on(admin.batch_execute("VACUUM ANALYZE"))?;
+    println!("## pgbench -M prepared -c N -j min(N,2), {KEYS} keys, medians of {ROUNDS} interleaved rounds of {seconds} s\n");
+    println!(
+        "| clients | {} | load average before each round |",
+        scripts
+            .iter()
+            .map(|(name, _)| name.as_str())
+            .collect::<Vec<_>>()
+            .join(" | ")
+    );
+    println!("|---:|{}---|", "---:|".repeat(scripts.len()));
+    for clients in CONCURRENCY {
+        let mut tps = vec![Vec::new(); scripts.len()];
+        let mut loads = Vec::new();
+        for _ in 0..ROUNDS {
+            loads.push(load_average());
+            for (i, (_, script)) in scripts.iter().enumerate() {
+                tps[i].push(pgbench(&server, script, clients, seconds)?);
+            }
+        }
+        let medians: Vec<f64> = tps.iter_mut().map(|runs| median(runs)).collect();
+        let cells: Vec<String> = medians
+            .iter()
+            .map(|m| format!("{m:.0} ({:.2}x)", m / medians[0]))
+            .collect();
+        println!(
+            "| {clients} | {} | {} |",
+            cells.join(" | "),
+            loads.join(", ")
+        );
+    }
+    Ok(())
+}
+
+fn write_script(dir: &std::path::Path, name: &str, text: &str) -> Result<String, Error> {
+    let path = dir.join(format!(
+        "tollgate-pgbench-{}-{name}.sql",
+        std::process::id()
+    ));
+    std::fs::write(&path, text)?;
+    Ok(path.to_string_lossy().into_owned())
+}
+
+/// One admitted check per key, so every contender updates existing rows.
+async fn charge_every_key(server: &PgServer, policy: &Policy) -> Result<(), Error> {
+    let backend = PostgresConfig::new(server.url())
+        .pool_size(8)
+        .migrate(false)
+        .cleanup_every(None)
+        .timeout(Duration::from_secs(10))
+        .connect()
+        .await?;
+    let tasks: Vec<_> = (0..8)
+        .map(|part| {
+            let backend = backend.clone();
+            let policy = backend.prepare(policy);
+            tokio::spawn(async move {
+                let policy = policy?;
+                for k in (part..KEYS).step_by(8) {
+                    backend.check(&format!("k{k}"), &policy, 1).await?;
+                }
+                Ok::<_, tollgate::BackendError>(())
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await??;
+    }
+    Ok(())
+}
+
+fn median(runs: &mut [f64]) -> f64 {
+    runs.sort_by(f64::total_cmp);
+    runs[runs.len() / 2]
+}
+
+/// The 1-minute load average, as `uptime` shows it.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().map(str::to_owned))
+        .unwrap_or_else(|| "?".into())
 }

@@ -7,12 +7,12 @@ use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio_postgres::tls::{MakeTlsConnect, TlsConnect};
-use tokio_postgres::types::Type;
+use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{NoTls, Socket};
-use tollgate::{Backend, BackendError, Operation, Outcome, Policy};
+use tollgate::{Algorithm, Backend, BackendError, Operation, Outcome, Policy};
 use tollgate_core::{Decision, Lease, Limit, RetryAfter};
 
-use crate::encoding::{encode, encode_operation, stored_key};
+use crate::encoding::{bucket_charge, encode, encode_operation, stored_key, BUCKETS};
 use crate::errors::{classify, from_pool};
 use crate::numeric::{Integer, Numeric};
 use crate::schema::{self, Migration, Names, DEFAULT_SCHEMA, DEFAULT_TABLE};
@@ -47,6 +47,19 @@ const APPLY_TYPES: [Type; 8] = [
     Type::INT8_ARRAY,
     Type::INT2,
     Type::NUMERIC,
+    Type::INT8,
+    Type::INT8,
+    Type::INT8,
+];
+
+/// The parameter types of the one-statement charge.
+const CHARGE_TYPES: [Type; 9] = [
+    Type::TEXT,
+    Type::INT8,
+    Type::INT8,
+    Type::INT8,
+    Type::INT8,
+    Type::INT8,
     Type::INT8,
     Type::INT8,
     Type::INT8,
@@ -216,6 +229,7 @@ impl PostgresConfig {
             pool,
             sql: Arc::new(Statements {
                 apply: names.apply_sql(),
+                charge: BUCKETS.map(|a| (a, names.charge_sql(a))),
                 reset: names.reset_sql(),
                 cleanup: names.cleanup_sql(),
             }),
@@ -325,6 +339,8 @@ pub struct PostgresBackend {
 
 struct Statements {
     apply: String,
+    /// The one-statement charge of each algorithm of [`BUCKETS`].
+    charge: [(Algorithm, String); 3],
     reset: String,
     cleanup: String,
 }
@@ -449,6 +465,33 @@ impl PostgresBackend {
         let run = async {
             let client = self.client().await?;
             let db = |e: tokio_postgres::Error| classify(&e, self.timeout);
+            let charge = bucket_charge(op, policy).and_then(|(algorithm, args)| {
+                let (_, sql) = self.sql.charge.iter().find(|(a, _)| *a == algorithm)?;
+                Some((sql, args))
+            });
+            if let Some((sql, [l, p, b, cost])) = charge {
+                // One plain UPDATE admits most charges; a denial or a new
+                // key falls through to the function, which explains it.
+                let statement = client
+                    .prepare_typed_cached(sql, &CHARGE_TYPES)
+                    .await
+                    .map_err(db)?;
+                let args: [&(dyn ToSql + Sync); 9] = [
+                    &key,
+                    &encoded.id,
+                    &l,
+                    &p,
+                    &b,
+                    &cost,
+                    &now,
+                    &floor_ns,
+                    &deadline,
+                ];
+                if let Some(row) = client.query_opt(&statement, &args).await.map_err(db)? {
+                    let values: Vec<Integer> = row.try_get(0).map_err(db)?;
+                    return Ok(values);
+                }
+            }
             let statement = client
                 .prepare_typed_cached(&self.sql.apply, &APPLY_TYPES)
                 .await

@@ -28,6 +28,30 @@ pub(crate) fn encode_operation(op: Operation, policy: &Policy) -> Result<(i16, u
     })
 }
 
+/// The algorithms of the one-statement charge (`sql/bucket_charge.sql`).
+pub(crate) const BUCKETS: [Algorithm; 3] = [
+    Algorithm::TokenBucket,
+    Algorithm::Gcra,
+    Algorithm::LeakyBucket,
+];
+
+/// The algorithm and the arguments `[limit, period_ns, burst, cost]` of the
+/// one-statement charge when `op` charges `0 < cost <= burst` to a policy of
+/// one limit of [`BUCKETS`]; `None` for every other call, which
+/// `_apply_within` decides.
+pub(crate) fn bucket_charge(op: Operation, policy: &Policy) -> Option<(Algorithm, [i64; 4])> {
+    let (Operation::Check(cost), [limit]) = (op, policy.limits()) else {
+        return None;
+    };
+    let q = &limit.quota;
+    // A cost above the burst is never admitted: `_apply` says so. Quota
+    // bounds (10^12, 2^62) are far below i64::MAX.
+    (BUCKETS.contains(&limit.algorithm) && cost > 0 && cost <= q.burst()).then(|| {
+        let args = [q.limit(), q.period_ns(), q.burst(), cost].map(|v| v as i64);
+        (limit.algorithm, args)
+    })
+}
+
 /// The key as stored: itself when it is 1 to [`MAX_KEY_BYTES`] bytes without
 /// NUL (which `text` cannot hold) and not starting with `#`; otherwise `#`
 /// and the SHA-1 of the key in hex.

@@ -486,3 +486,65 @@ fn remove_stale_dirs() {
         }
     }
 }
+
+/// A `pgbench` script (for `-M prepared`) sending the very statement a
+/// check of `cost` under `policy` sends to the default schema and table, on
+/// keys `k0` to `k<keys - 1>` picked at random: the one-statement charge of
+/// a single bucket-family limit (admitted charges end there; the client
+/// falls back to `_apply_within` only for denials and new keys), else the
+/// `_apply_within` call. Every value the client sends as a parameter is a
+/// pgbench variable, so the server plans it as it plans the client's.
+pub fn pgbench_check_script(policy: &tollgate::Policy, cost: u64, keys: u64) -> String {
+    let names = crate::schema::Names::new(crate::DEFAULT_SCHEMA, crate::DEFAULT_TABLE)
+        .expect("the default names are plain identifiers");
+    let encoded = crate::encoding::encode(policy);
+    // The deadline the client sends, far ahead: never reached here.
+    let mut script = format!(
+        "\\set k random(0, {})\n\\set policy {}\n\\set deadline {}\n",
+        keys.saturating_sub(1),
+        encoded.id,
+        i64::MAX - 1
+    );
+    let op = tollgate::Operation::Check(cost);
+    let statement = match crate::encoding::bucket_charge(op, policy) {
+        Some((algorithm, args)) => {
+            for (name, value) in ["l", "p", "b", "cost"].iter().zip(args) {
+                script.push_str(&format!("\\set {name} {value}\n"));
+            }
+            // Highest first, so $1 does not match the start of another.
+            [
+                ("$9", ":deadline"),
+                ("$8", "0"),
+                ("$7", "NULL"),
+                ("$6", ":cost"),
+                ("$5", ":b"),
+                ("$4", ":p"),
+                ("$3", ":l"),
+                ("$2", ":policy"),
+                ("$1", "('k' || :k)"),
+            ]
+            .iter()
+            .fold(names.charge_sql(algorithm), |sql, (param, value)| {
+                sql.replace(param, value)
+            })
+        }
+        None => {
+            let limits: Vec<String> = encoded.limits.iter().map(i64::to_string).collect();
+            format!(
+                "SELECT {}_apply_within('k' || :k, :policy, '{{{}}}'::bigint[], 0::smallint, \
+                 {cost}::numeric, NULL::bigint, 0::bigint, :deadline)",
+                names.qualified(),
+                limits.join(",")
+            )
+        }
+    };
+    // pgbench reads one command per line: comments out, lines joined.
+    let one_line: Vec<&str> = statement
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with("--"))
+        .collect();
+    script.push_str(&one_line.join(" "));
+    script.push_str(";\n");
+    script
+}

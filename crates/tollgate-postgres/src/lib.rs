@@ -1,10 +1,14 @@
 //! PostgreSQL backend for tollgate.
 //!
-//! Every operation is one round trip: one statement calling the schema's
-//! `_apply` function (`sql/schema.sql` in this crate,
-//! installed by [`PostgresConfig::connect`] or `tollgate migrate`), which
-//! locks the key's row, reads the database clock and applies every limit of
-//! the policy atomically: all charged or none.
+//! Every operation is one statement calling the schema's `_apply` function
+//! (`sql/schema.sql` in this crate, installed by [`PostgresConfig::connect`]
+//! or `tollgate migrate`), which locks the key's row, reads the database
+//! clock and applies every limit of the policy atomically: all charged or
+//! none. A charge against a single token bucket, GCRA or leaky meter is
+//! first tried as one plain `UPDATE` (`sql/bucket_charge.sql`), which
+//! admits it as the function would at the statement's start (or the key's
+//! last time, if later); a charge it does not admit takes the function, a
+//! second round trip.
 //!
 //! Decisions are those of `tollgate-core`, to the nanosecond: the function
 //! computes in the core's units with `numeric`, exact for integers of any

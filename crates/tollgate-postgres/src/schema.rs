@@ -5,12 +5,12 @@
 use std::time::Duration;
 
 use tokio_postgres::Client;
-use tollgate::BackendError;
+use tollgate::{Algorithm, BackendError};
 
 use crate::errors::classify;
 
 /// The schema version this crate installs and works with.
-pub const SCHEMA_VERSION: i32 = 2;
+pub const SCHEMA_VERSION: i32 = 3;
 
 /// Default schema of the state table and its functions.
 pub const DEFAULT_SCHEMA: &str = "tollgate";
@@ -36,6 +36,52 @@ pub(crate) const CLOCK_SQL: &str =
 const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [
     include_str!("../sql/schema.sql"),
     include_str!("../sql/deadline.sql"),
+    include_str!("../sql/charge_helpers.sql"),
+];
+
+/// The expressions `sql/bucket_charge.sql` names, spelled out in this order
+/// (each may use the ones after it): first those of the algorithm, then
+/// [`CHARGE_TERMS`].
+fn charge_terms(algorithm: Algorithm) -> [(&'static str, &'static str); 3] {
+    match algorithm {
+        // [tokens, last]: the tokens refill from `last` up to the capacity.
+        Algorithm::TokenBucket => [
+            ("@CHARGED_STATE@", "@CAP@ - (@DEBT@ + @COST@)"),
+            (
+                "@DEBT@",
+                "(@CAP@ - least(@CAP@, r.state[1] + (@NOW@ - r.state[2]) * $3::bigint))",
+            ),
+            ("@STORED@", "(@CAP@ - r.state[1])"),
+        ],
+        // [tat, last]: the theoretical arrival time, in ticks since 0.
+        Algorithm::Gcra => [
+            ("@CHARGED_STATE@", "@NOW@ * $3::bigint + @DEBT@ + @COST@"),
+            ("@DEBT@", "greatest(r.state[1] - @NOW@ * $3::bigint, 0)"),
+            ("@STORED@", "(r.state[1] - r.state[2] * $3::bigint)"),
+        ],
+        // [level, last]: the level drains from `last`.
+        _ => [
+            ("@CHARGED_STATE@", "@DEBT@ + @COST@"),
+            (
+                "@DEBT@",
+                "greatest(r.state[1] - (@NOW@ - r.state[2]) * $3::bigint, 0)",
+            ),
+            ("@STORED@", "r.state[1]"),
+        ],
+    }
+}
+
+/// The terms every algorithm's charge shares; the uncorrelated sub-selects
+/// are computed once per statement.
+const CHARGE_TERMS: [(&str, &str); 4] = [
+    ("@NOW@", "greatest(@START@, r.state[2])"),
+    (
+        "@START@",
+        "(SELECT coalesce($7::bigint, \
+         (extract(epoch FROM statement_timestamp()) * 1000000000)::bigint)::numeric)",
+    ),
+    ("@CAP@", "(SELECT $5::bigint::numeric * $4::bigint)"),
+    ("@COST@", "(SELECT $6::bigint::numeric * $4::bigint)"),
 ];
 
 /// A schema and table name, checked to be plain lower-case identifiers (so
@@ -85,6 +131,16 @@ impl Names {
             "SELECT {}_apply_within($1, $2, $3, $4, $5, $6, $7, $8)",
             self.qualified()
         )
+    }
+
+    /// The one-statement charge of a single limit of `algorithm`, of the
+    /// bucket family (see `sql/bucket_charge.sql`).
+    pub(crate) fn charge_sql(&self, algorithm: Algorithm) -> String {
+        let sql = charge_terms(algorithm).iter().chain(&CHARGE_TERMS).fold(
+            include_str!("../sql/bucket_charge.sql").to_owned(),
+            |sql, (name, term)| sql.replace(name, term),
+        );
+        self.render(&sql)
     }
 
     pub(crate) fn reset_sql(&self) -> String {

@@ -185,6 +185,104 @@ async fn the_schema_is_created_once_by_racing_instances() {
     );
 }
 
+/// A schema left at version 2 by an older tollgate, with keys charged
+/// through it, is brought to the current version in place: its rows keep
+/// their state, and new charges (the one-statement charge included) go on
+/// from it.
+#[tokio::test]
+async fn a_version_2_schema_is_migrated_and_its_keys_keep_their_state() {
+    let Some(server) = common::shared() else {
+        return;
+    };
+    let url = server.url();
+    let db = client(&url).await;
+    let render = |sql: &str| {
+        sql.replace("@T@", "old_schema.limits")
+            .replace("@S@", "old_schema")
+            .replace("@N@", "limits")
+    };
+    db.batch_execute(&render(include_str!("../sql/schema.sql")))
+        .await
+        .unwrap();
+    db.batch_execute(&render(include_str!("../sql/deadline.sql")))
+        .await
+        .unwrap();
+    db.batch_execute(
+        "CREATE TABLE old_schema.limits_version (version int NOT NULL);
+         INSERT INTO old_schema.limits_version VALUES (1), (2);",
+    )
+    .await
+    .unwrap();
+    let second = 1_000_000_000;
+    let bucket = Policy::new(Limit::new(
+        Algorithm::TokenBucket,
+        Quota::with_parts(10, second, 100).unwrap(),
+    ));
+    let gcra = policy(Algorithm::Gcra, 10, MINUTE);
+    // Version 2's function charges the keys, as the older tollgate did.
+    let charges = [
+        ("b", &bucket, "{4,10,1000000000,100}", 60_i64),
+        ("g", &gcra, "{5,10,60000000000,10}", 4),
+    ];
+    for (key, p, limits, cost) in charges {
+        let charged = db
+            .query_one(
+                "SELECT old_schema.limits_apply_within($1, $2, $3::text::bigint[], 0::smallint, \
+                 $4::bigint::numeric, $5, 0, NULL)",
+                &[
+                    &key,
+                    &policy_id(&url, p).await,
+                    &limits,
+                    &cost,
+                    &(T0 as i64),
+                ],
+            )
+            .await;
+        assert!(charged.is_ok(), "{charged:?}");
+    }
+    let migration = common::config(&url)
+        .schema("old_schema")
+        .table("limits")
+        .run_migrations()
+        .await
+        .unwrap();
+    assert_eq!(
+        (migration.from, migration.to),
+        (2, tollgate_postgres::SCHEMA_VERSION)
+    );
+    let pg = common::config(&url)
+        .schema("old_schema")
+        .table("limits")
+        .prefix("")
+        .migrate(false)
+        .connect()
+        .await
+        .unwrap();
+    // The bucket had 40 left at T0 and refills 10 a second.
+    let d = pg.check_at("b", &bucket, 45, T0 + second).await.unwrap();
+    assert!(d.allowed, "{d:?}");
+    assert_eq!(d.remaining, 5);
+    // GCRA had 4 of its 10 taken at T0: 6 more fit, then none.
+    assert!(pg.check_at("g", &gcra, 6, T0).await.unwrap().allowed);
+    assert!(!pg.check_at("g", &gcra, 1, T0).await.unwrap().allowed);
+}
+
+/// The id a backend files `policy`'s rows under, read back from a charge.
+async fn policy_id(url: &str, policy: &Policy) -> i64 {
+    let prefix = common::fresh_prefix();
+    let pg = common::config(url).prefix(&prefix).connect().await.unwrap();
+    pg.check_at("probe", policy, 1, T0).await.unwrap();
+    client(url)
+        .await
+        .query_one(
+            &format!("SELECT policy FROM {} WHERE key = $1", pg.table()),
+            &[&format!("{prefix}probe")],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
 #[tokio::test]
 async fn a_missing_schema_or_a_bad_name_is_a_clear_error() {
     let Some(server) = common::shared() else {
