@@ -27,19 +27,35 @@
 # With no binary, the workspace's release `tollgate` (built first). A
 # binary's flags can follow it after a colon ("bin:--workers 1"). NGINX=
 # (empty) leaves nginx out; SHAPES picks shapes ("none open refusing").
+#
+# UPSTREAM=demo serves the upstream with the first binary's
+# `--demo-upstream` (hyper answering `ok`, one thread) instead of the `load`
+# bench, which then need not be built.
+#
+# COUNT=callgrind counts instead of timing, for builds compared on a busy
+# machine: each tollgate process runs under valgrind's callgrind, counting
+# only while wrk runs (`callgrind_control`), and the CPU column becomes the
+# instructions it executed per request (whatever the load; wrk then keeps
+# 4 connections, req/s are valgrind's, and nginx is left out).
 set -euo pipefail
 DUR=${DUR:-5s}
 ROUNDS=${ROUNDS:-3}
 PORT=${PORT:-19000}
 SHAPES=${SHAPES:-none open refusing}
 NGINX=${NGINX-/usr/sbin/nginx}
+COUNT=${COUNT:-cpu}
 if [ $# -eq 0 ]; then
   cargo build --release -p tollgate-cli --bin tollgate 2>&1 | tail -1
   set -- "${CARGO_TARGET_DIR:-target}/release/tollgate"
 fi
-LOAD=$(cargo bench -p tollgate-server --bench load --no-run 2>&1 |
-  sed -n 's/.*Executable.*(\(.*\)).*/\1/p' | tail -1)
-[ -x "$LOAD" ] || { echo "the load bench did not build"; exit 1; }
+if [ "${UPSTREAM:-load}" = demo ]; then
+  upstream_cmd() { exec "${1%%:*}" serve --no-grpc --no-watch --log error --http-listen "127.0.0.1:$((PORT + 999))" --demo-upstream "127.0.0.1:$PORT"; }
+else
+  LOAD=$(cargo bench -p tollgate-server --bench load --no-run 2>&1 |
+    sed -n 's/.*Executable.*(\(.*\)).*/\1/p' | tail -1)
+  [ -x "$LOAD" ] || { echo "the load bench did not build"; exit 1; }
+  upstream_cmd() { exec "$LOAD" upstream "$PORT"; }
+fi
 OUT=$(mktemp -d)
 # nginx's workers run as an unprivileged user: let them reach their files.
 chmod 755 "$OUT"
@@ -51,8 +67,13 @@ stop_all() {
   rm -rf "$OUT"
 }
 trap stop_all EXIT
+WRAP=()
+if [ "$COUNT" = callgrind ]; then
+  NGINX=
+  WRAP=(valgrind --tool=callgrind --instr-atstart=no "--callgrind-out-file=$OUT/cg.%p")
+fi
 wait_port() {
-  for _ in $(seq 200); do
+  for _ in $(seq 1200); do
     (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
     sleep 0.05
   done
@@ -77,7 +98,7 @@ nginx_limit_of() {
 }
 
 UP=$PORT
-"$LOAD" upstream "$UP" >/dev/null 2>&1 & UP_PID=$!; PIDS+=("$UP_PID")
+upstream_cmd "$1" >/dev/null 2>&1 & UP_PID=$!; PIDS+=("$UP_PID")
 wait_port "$UP"
 
 # TARGETS: "shape name port pids..." (the pids whose CPU is the proxy's).
@@ -91,12 +112,12 @@ for spec in "$@"; do
   for shape in $SHAPES; do
     { echo "domain: bench"; echo "descriptors: []"; rule_of "$shape"; } >"$OUT/$shape.yaml"
     # shellcheck disable=SC2086 # the flags are words
-    "$bin" serve --config "$OUT/$shape.yaml" --no-grpc --no-watch --log error \
+    "${WRAP[@]}" "$bin" serve --config "$OUT/$shape.yaml" --no-grpc --no-watch --log error \
       --http-listen "127.0.0.1:$((next + 1))" --upstream "http://127.0.0.1:$UP" \
       --proxy-listen "127.0.0.1:$next" $flags >/dev/null 2>&1 &
     PIDS+=($!)
     wait_port "$next"
-    TARGETS+=("$shape tollgate#$n $next $!")
+    TARGETS+=("$shape tollgate#$n $next ${PIDS[-1]}")
     next=$((next + 2))
   done
 done
@@ -141,16 +162,37 @@ fi
 
 cpu_of() { local t=0 p; for p in "$@"; do t=$((t + $(awk '{ print $14 + $15 }' "/proc/$p/stat"))); done; echo "$t"; }
 TICK_US=$((1000000 / $(getconf CLK_TCK)))
+# The instructions callgrind counted in process $1 while the command after
+# it ran.
+counted() {
+  local pid=$1; shift
+  callgrind_control -i on "$pid" >/dev/null 2>&1
+  "$@"
+  # Dumped while still counting: a dump after switching off has lost some.
+  callgrind_control -d "$pid" >/dev/null 2>&1
+  callgrind_control -i off "$pid" >/dev/null 2>&1
+  awk '/^totals:/ { print $2; exit }' "$(ls -t "$OUT/cg.$pid".* | head -1)"
+}
 run() { # round shape name port pids...
-  local round=$1 shape=$2 name=$3 port=$4 before out; shift 4
-  before=$(cpu_of "$@")
-  out=$(wrk -t2 -c64 -d"$DUR" "http://127.0.0.1:$port/")
-  awk -v r="$round" -v s="$shape" -v n="$name" -v cpu="$(( ($(cpu_of "$@") - before) * TICK_US ))" '
+  local round=$1 shape=$2 name=$3 port=$4 before out used; shift 4
+  if [ "$COUNT" = callgrind ] && [ "$name" != direct ]; then
+    out=$OUT/wrk.$port
+    # Four connections: valgrind serves a few hundred requests a second,
+    # which would hardly pay for 64 connections' setup.
+    used=$(counted "$1" sh -c "wrk -t1 -c4 -d$DUR http://127.0.0.1:$port/ >$out")
+    out=$(cat "$out")
+  else
+    before=$(cpu_of "$@")
+    out=$(wrk -t2 -c64 -d"$DUR" "http://127.0.0.1:$port/")
+    used=$(( ($(cpu_of "$@") - before) * TICK_US ))
+  fi
+  awk -v r="$round" -v s="$shape" -v n="$name" -v cpu="$used" '
     /requests in/ { total = $1 } /Requests\/sec/ { rps = $2 } /Non-2xx/ { bad = $5 }
-    END { printf "%s %s %s %.0f %.2f %.3f\n", r, s, n, rps, cpu / total, bad / total }' <<<"$out" | tee -a "$OUT/runs"
+    END { total = total ? total : 1; printf "%s %s %s %.0f %.2f %.3f\n", r, s, n, rps, cpu / total, bad / total }' <<<"$out" | tee -a "$OUT/runs"
 }
 echo "uptime before: $(uptime)"
 for t in "${TARGETS[@]}"; do read -r shape name port pids <<<"$t"; DUR=1s run 0 "$shape" "$name" "$port" $pids >/dev/null; done
+: >"$OUT/runs"
 echo "runs: round shape target req/s proxy-CPU-µs/request non-2xx-share"
 for round in $(seq "$ROUNDS"); do
   run "$round" - direct "$UP" "$UP_PID"
@@ -164,19 +206,23 @@ echo "uptime after:  $(uptime)"
 echo
 n=0
 for spec in "$@"; do n=$((n + 1)); echo "tollgate#$n: $spec"; done
-echo "wrk -t2 -c64 -d$DUR, $ROUNDS rounds, medians; CPU: the proxy process's own (nginx: its workers')"
+if [ "$COUNT" = callgrind ]; then
+  UNIT=instructions; echo "wrk -t1 -c4 -d$DUR, $ROUNDS rounds, medians; CPU: instructions the proxy process executed (callgrind)"
+else
+  UNIT=µs; echo "wrk -t2 -c64 -d$DUR, $ROUNDS rounds, medians; CPU: the proxy process's own (nginx: its workers')"
+fi
 echo
 echo "| shape | target | req/s | of direct | proxy CPU/request | CPU vs nginx | non-2xx |"
 echo "|---|---|---:|---:|---:|---:|---:|"
 for t in "${TARGETS[@]}"; do
   read -r shape name _ <<<"$t"
-  awk -v s="$shape" -v c="$name" '
+  awk -v s="$shape" -v c="$name" -v unit="$UNIT" '
     $2 == "-" { direct[$1] = $4 } $2 == s && $3 == "nginx" { ng[$1] = $5 }
     $2 == s && $3 == c { k++; rps[k] = $4; cpu[k] = $5; bad[k] = $6; round[k] = $1 }
     function median(a, k,   i, j, t) { for (i = 1; i <= k; i++) for (j = i + 1; j <= k; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t } return a[int((k + 1) / 2)] }
     END {
       for (i = 1; i <= k; i++) { of[i] = rps[i] / direct[round[i]]; vs[i] = (round[i] in ng) ? cpu[i] / ng[round[i]] : 0 }
-      printf "| %s | %s | %.0f | %.2f | %.1f µs | %s | %.1f%% |\n", s, c, median(rps, k), median(of, k), median(cpu, k),
+      printf "| %s | %s | %.0f | %.2f | %.1f %s | %s | %.1f%% |\n", s, c, median(rps, k), median(of, k), median(cpu, k), unit,
         (vs[1] ? sprintf("%.2fx", median(vs, k)) : "-"), 100 * median(bad, k)
     }' "$OUT/runs"
 done
