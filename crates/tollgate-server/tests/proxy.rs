@@ -197,14 +197,59 @@ async fn upstream_connections_are_kept_alive_and_reused() {
             (200, "hello".into())
         );
     }
-    // One connection would do for sequential requests; the pool puts a
-    // connection back on a task of its own, so a request may now and then
-    // find none idle yet. Without reuse this would be 30.
+    // One connection would do for sequential requests; the pool gets a
+    // connection back once the response is written out, which may come
+    // after the client has read it, so a request may now and then find
+    // none idle yet. Without reuse this would be 30.
     let opened = accepted.load(Ordering::SeqCst);
     assert!(
         (1..=REQUESTS / 5).contains(&opened),
         "{opened} upstream connections for {REQUESTS} sequential requests"
     );
+    server.running.shutdown().await;
+}
+
+/// An upstream that answers one request per connection, keep-alive by its
+/// headers, then closes the connection: each close is sent on the channel.
+async fn closing_upstream() -> (SocketAddr, tokio::sync::mpsc::UnboundedReceiver<()>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (closed, closes) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        loop {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let mut head = Vec::new();
+            let mut buf = [0u8; 1024];
+            while !head.ends_with(b"\r\n\r\n") {
+                let n = stream.read(&mut buf).await.unwrap();
+                assert!(n > 0, "the proxy closed before a whole request");
+                head.extend_from_slice(&buf[..n]);
+            }
+            stream
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello")
+                .await
+                .unwrap();
+            drop(stream);
+            closed.send(()).unwrap();
+        }
+    });
+    (addr, closes)
+}
+
+#[tokio::test]
+async fn an_idle_connection_the_upstream_closed_is_not_used() {
+    const REQUESTS: usize = 5;
+    let (up, mut closes) = closing_upstream().await;
+    let server = proxy_to(&format!("http://{up}")).await;
+    for _ in 0..REQUESTS {
+        assert_eq!(
+            support::get(&proxy_url(&server, "/")).await,
+            (200, "hello".into())
+        );
+        // The pool holds a connection whose upstream end is now closed.
+        closes.recv().await.unwrap();
+    }
     server.running.shutdown().await;
 }
 

@@ -18,6 +18,7 @@
 //!
 //! The query is forwarded as it came.
 
+use std::borrow::Cow;
 use std::io::Write;
 
 use http::header::{self, HeaderValue};
@@ -42,25 +43,30 @@ pub(crate) enum BadTarget {
     Target,
 }
 
-/// Puts `parts`' target and `Host` in their canonical form.
+/// Puts `parts`' target and `Host` in their canonical form. A target and
+/// `Host` already in it (nearly every request) are left untouched, without
+/// a copy.
 pub(crate) fn canonicalize(parts: &mut Parts) -> Result<(), BadTarget> {
-    if parts.headers.get_all(header::HOST).iter().count() > 1 {
+    let mut hosts = parts.headers.get_all(header::HOST).iter();
+    let host = hosts.next();
+    if hosts.next().is_some() {
         return Err(BadTarget::Host);
     }
-    let host = match parts.uri.authority() {
+    let rebuilt = match parts.uri.authority() {
         // The authority of an absolute-form target wins over `Host`.
         Some(authority) => Some(match authority.port() {
-            Some(port) => format!("{}:{port}", authority.host()),
-            None => authority.host().to_string(),
+            Some(port) => canonical_host(&format!("{}:{port}", authority.host())).into_owned(),
+            None => canonical_host(authority.host()).into_owned(),
         }),
-        None => parts
-            .headers
-            .get(header::HOST)
-            .map(|h| h.to_str().map(str::to_string).map_err(|_| BadTarget::Host))
-            .transpose()?,
+        None => match host {
+            Some(host) => match canonical_host(host.to_str().map_err(|_| BadTarget::Host)?) {
+                Cow::Borrowed(_) => None,
+                Cow::Owned(host) => Some(host),
+            },
+            None => None,
+        },
     };
-    if let Some(host) = host {
-        let host = canonical_host(&host);
+    if let Some(host) = rebuilt {
         let value = HeaderValue::try_from(host).map_err(|_| BadTarget::Host)?;
         parts.headers.insert(header::HOST, value);
     }
@@ -69,30 +75,34 @@ pub(crate) fn canonicalize(parts: &mut Parts) -> Result<(), BadTarget> {
         normalize_path(path)?
     } else {
         // `*` (OPTIONS) or an authority-form target: nothing to normalise.
-        path.to_string()
+        Cow::Borrowed(path)
     };
-    if parts.uri.authority().is_none() && normal == path {
+    if parts.uri.authority().is_none() && matches!(normal, Cow::Borrowed(_)) {
         return Ok(());
     }
     let uri = match parts.uri.query() {
         Some(query) => format!("{normal}?{query}"),
-        None => normal,
+        None => normal.into_owned(),
     };
     parts.uri = uri.parse::<Uri>().map_err(|_| BadTarget::Target)?;
     Ok(())
 }
 
-/// `API.Example.com.:8080` as `api.example.com:8080`.
-fn canonical_host(host: &str) -> String {
+/// `API.Example.com.:8080` as `api.example.com:8080`; borrowed when it is
+/// so already.
+fn canonical_host(host: &str) -> Cow<'_, str> {
     let (name, port) = match host.rfind(':') {
         // A bracketed IPv6 literal has colons of its own.
         Some(i) if !host[i..].contains(']') => (&host[..i], &host[i..]),
         _ => (host, ""),
     };
-    let name = name.strip_suffix('.').unwrap_or(name);
-    let mut out = name.to_ascii_lowercase();
+    let trimmed = name.strip_suffix('.').unwrap_or(name);
+    if trimmed.len() == name.len() && !name.bytes().any(|b| b.is_ascii_uppercase()) {
+        return Cow::Borrowed(host);
+    }
+    let mut out = trimmed.to_ascii_lowercase();
     out.push_str(port);
-    out
+    Cow::Owned(out)
 }
 
 /// RFC 3986's unreserved characters: the same whether escaped or not.
@@ -100,8 +110,17 @@ fn unreserved(b: u8) -> bool {
     b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~')
 }
 
-/// The normalised form of an absolute path (see the module's documentation).
-pub(crate) fn normalize_path(path: &str) -> Result<String, BadTarget> {
+/// The normalised form of an absolute path (see the module's
+/// documentation); borrowed when the path is in that form already.
+pub(crate) fn normalize_path(path: &str) -> Result<Cow<'_, str>, BadTarget> {
+    if is_normal(path) {
+        return Ok(Cow::Borrowed(path));
+    }
+    rebuild(path).map(Cow::Owned)
+}
+
+/// The normalised form of an absolute path, always built anew.
+fn rebuild(path: &str) -> Result<String, BadTarget> {
     let decoded = decode_unreserved(path)?;
     let mut segments: Vec<&str> = Vec::new();
     // A path ending in `/`, `/.` or `/..` names a directory: it keeps its
@@ -126,6 +145,21 @@ pub(crate) fn normalize_path(path: &str) -> Result<String, BadTarget> {
         out.push('/');
     }
     Ok(out)
+}
+
+/// Whether [`normalize_path`] would give `path` back as it is: no escape,
+/// no `.` or `..` segment, no empty segment but a final one (`/`, `/v1/`).
+fn is_normal(path: &str) -> bool {
+    let Some(rest) = path.strip_prefix('/') else {
+        return false;
+    };
+    let (init, last) = match rest.rsplit_once('/') {
+        Some((init, last)) => (Some(init), last),
+        None => (None, rest),
+    };
+    !path.contains('%')
+        && !matches!(last, "." | "..")
+        && init.is_none_or(|init| init.split('/').all(|s| !matches!(s, "" | "." | "..")))
 }
 
 /// Decodes the escapes of unreserved characters, upper-cases the others,
@@ -214,5 +248,36 @@ mod tests {
         assert_eq!(parts.headers["host"], "other.example");
         assert_eq!(canonical_host("[::1]:80"), "[::1]:80");
         assert_eq!(canonical_host("A.b.:8080"), "a.b:8080");
+    }
+
+    #[test]
+    fn a_canonical_host_is_not_copied() {
+        for host in ["api.example.com", "a.b:8080", "[::1]:80", "127.0.0.1:19001"] {
+            assert!(matches!(canonical_host(host), Cow::Borrowed(h) if h == host));
+        }
+        for (host, canonical) in [
+            ("Api.example.com", "api.example.com"),
+            ("a.b.:80", "a.b:80"),
+        ] {
+            assert!(matches!(canonical_host(host), Cow::Owned(h) if h == canonical));
+        }
+    }
+
+    proptest::proptest! {
+        /// The shortcut for paths already normal gives what normalising
+        /// them gives; normalising twice gives what normalising once does,
+        /// and the shortcut takes its result unless it kept an escape.
+        #[test]
+        fn the_shortcut_agrees_with_normalising(path in "/[a./%2eF]{0,12}") {
+            if is_normal(&path) {
+                proptest::prop_assert_eq!(rebuild(&path), Ok(path.clone()));
+            }
+            if let Ok(normal) = rebuild(&path) {
+                proptest::prop_assert_eq!(rebuild(&normal), Ok(normal.clone()));
+                if !normal.contains('%') {
+                    proptest::prop_assert!(is_normal(&normal), "{} gave {}", path, normal);
+                }
+            }
+        }
     }
 }
