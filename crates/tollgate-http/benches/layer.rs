@@ -1,7 +1,10 @@
 //! What the layer adds to one request, in process: the same trivial service
 //! bare, behind 1 rule and behind 3 layered rules, memory backend, 10,000
 //! client keys, through `tower::ServiceExt::oneshot`; once mostly admitting
-//! (generous quotas) and once mostly refusing (1 request an hour per key).
+//! (generous quotas) and once mostly refusing (1 request an hour per key);
+//! each layered row twice in a row, with the heavy-hitter summaries on (the
+//! default) and off, so that the summary's share is the difference between
+//! two neighbouring rows.
 
 use std::convert::Infallible;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -37,8 +40,8 @@ fn handler(
     })
 }
 
-fn layer(rules: usize, refuse: bool) -> RateLimit<MemoryBackend> {
-    let mut builder = RateLimit::builder(MemoryBackend::new());
+fn layer(rules: usize, refuse: bool, summaries: bool) -> RateLimit<MemoryBackend> {
+    let mut builder = RateLimit::builder(MemoryBackend::new()).summaries(summaries);
     for rule in bench_rules::rules(refuse).into_iter().take(rules) {
         builder = builder.rule(rule);
     }
@@ -61,23 +64,27 @@ fn bench(c: &mut Criterion) {
     });
     for refuse in [false, true] {
         for rules in [1, 3] {
-            let svc = layer(rules, refuse).layer(handler());
-            // Every key seen once, so the refusing run refuses.
-            for k in 0..KEYS {
-                runtime.block_on(svc.clone().oneshot(request(k))).unwrap();
+            for summaries in [true, false] {
+                let svc = layer(rules, refuse, summaries).layer(handler());
+                // Every key seen once, so the refusing run refuses.
+                for k in 0..KEYS {
+                    runtime.block_on(svc.clone().oneshot(request(k))).unwrap();
+                }
+                let status = runtime
+                    .block_on(svc.clone().oneshot(request(0)))
+                    .unwrap()
+                    .status();
+                assert_eq!(status.as_u16(), if refuse { 429 } else { 200 });
+                let name = if refuse { "refusing" } else { "admitting" };
+                let off = if summaries { "" } else { ", summary off" };
+                let id = BenchmarkId::new(name, format!("{rules} rule(s){off}"));
+                group.bench_function(id, |b| {
+                    b.iter(|| {
+                        i = i.wrapping_add(1);
+                        runtime.block_on(svc.clone().oneshot(request(i))).unwrap()
+                    })
+                });
             }
-            let status = runtime
-                .block_on(svc.clone().oneshot(request(0)))
-                .unwrap()
-                .status();
-            assert_eq!(status.as_u16(), if refuse { 429 } else { 200 });
-            let name = if refuse { "refusing" } else { "admitting" };
-            group.bench_function(BenchmarkId::new(name, format!("{rules} rule(s)")), |b| {
-                b.iter(|| {
-                    i = i.wrapping_add(1);
-                    runtime.block_on(svc.clone().oneshot(request(i))).unwrap()
-                })
-            });
         }
     }
     group.finish();
