@@ -6,47 +6,12 @@
 //! default) and off, so that the summary's share is the difference between
 //! two neighbouring rows.
 
-use std::convert::Infallible;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-
-use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use http::{Request, Response};
-use http_body_util::Full;
-use tollgate::MemoryBackend;
-use tollgate_http::{PeerAddr, RateLimit};
-use tower::{service_fn, Layer, Service, ServiceExt};
+use tower::{Layer, ServiceExt};
 
-mod bench_rules;
+mod layer_setup;
 
-const KEYS: u32 = 10_000;
-
-fn request(i: u32) -> Request<()> {
-    let ip = IpAddr::V4(Ipv4Addr::from(0xC612_0000 + i % KEYS));
-    let mut req = Request::get("/v1/items")
-        .header("x-api-key", format!("key-{}", i % KEYS))
-        .body(())
-        .unwrap();
-    req.extensions_mut()
-        .insert(PeerAddr(SocketAddr::new(ip, 40000)));
-    req
-}
-
-fn handler(
-) -> impl Service<Request<()>, Response = Response<Full<Bytes>>, Error = Infallible, Future: Send> + Clone
-{
-    service_fn(|_req: Request<()>| async {
-        Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"ok"))))
-    })
-}
-
-fn layer(rules: usize, refuse: bool, summaries: bool) -> RateLimit<MemoryBackend> {
-    let mut builder = RateLimit::builder(MemoryBackend::new()).summaries(summaries);
-    for rule in bench_rules::rules(refuse).into_iter().take(rules) {
-        builder = builder.rule(rule);
-    }
-    builder.build().unwrap()
-}
+use layer_setup::{handler, layer, request, KEYS};
 
 fn bench(c: &mut Criterion) {
     let runtime = tokio::runtime::Builder::new_current_thread()
