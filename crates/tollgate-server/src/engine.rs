@@ -337,8 +337,9 @@ impl<B: Backend> Engine<B> {
             return;
         }
         let hit = Hit::decided(allowed, entry.shadow);
+        let key = crate::secret::shown_key(&entry.secret, key);
         self.top
-            .record(&entry.path, self.clock.now(), key, hit, hits);
+            .record(&entry.path, self.clock.now(), &key, hit, hits);
     }
 
     /// The same, answering `on_store_error: fallback` from `fallback`.
@@ -375,6 +376,9 @@ impl<B: Backend> Engine<B> {
     pub fn replace_config(&self, config: Config) {
         if config.store() != self.config.load().store() {
             tracing::warn!("the `store` section changed: it applies from the next start, the running store keeps its settings");
+        }
+        if config.top() != self.config.load().top() {
+            tracing::warn!("the `top` section changed: it applies from the next start, the running summaries keep their shape");
         }
         self.config.store(Arc::new(config));
         self.loaded_at.store(self.wall.now(), Ordering::Relaxed);
@@ -790,6 +794,7 @@ fn override_entry(domain: &str, entries: &[(String, String)], limit: LimitOverri
         action,
         shadow: false,
         detailed_metric: false,
+        secret: Vec::new(),
         on_store_error: StoreErrorMode::Open,
         quota_mode: false,
         upstream: UpstreamLimit::new(limit.requests_per_unit, limit.period_ns),

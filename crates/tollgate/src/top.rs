@@ -191,6 +191,11 @@ impl TopConfig {
         self.sub_window_ns
     }
 
+    /// How many sub-windows are kept.
+    pub fn sub_windows(&self) -> usize {
+        self.sub_windows
+    }
+
     /// The longest window reported, in nanoseconds.
     pub fn span_ns(&self) -> u64 {
         self.sub_window_ns.saturating_mul(self.sub_windows as u64)
