@@ -84,7 +84,10 @@ mod tests {
         let entries = pairs(&[("plan", "free"), ("api_key", "sk-a/b=c%d")]);
         let key = store_key("api", &entries);
         let hidden = digest(b"sk-a/b=c%d");
-        assert_eq!(shown_key(&[1], &key), format!("api/plan=free/api_key={hidden}"));
+        assert_eq!(
+            shown_key(&[1], &key),
+            format!("api/plan=free/api_key={hidden}")
+        );
         assert_eq!(shown_key(&[], &key), key);
         let shown = shown_entries(&[1], &entries);
         assert_eq!(shown[0], ("plan".into(), "free".into()));

@@ -69,7 +69,10 @@ impl TopSettings {
         if !(MIN_SUB_WINDOW..=MAX_SUB_WINDOW).contains(&sub_window) {
             return refuse(
                 "sub_window",
-                format!("must be from 1s to 1h, not {}", humantime::format_duration(sub_window)),
+                format!(
+                    "must be from 1s to 1h, not {}",
+                    humantime::format_duration(sub_window)
+                ),
             );
         }
         if !(1..=MAX_SUB_WINDOWS).contains(&sub_windows) {

@@ -159,13 +159,7 @@ pub(super) struct Detailed {
 impl Detailed {
     /// The counts the hits of `value` (a `detailed_metric` label) of the
     /// limit at `path` go to; `None` for a limit beyond [`MAX_LIMITS`].
-    pub fn counts(
-        &mut self,
-        now: u64,
-        path: &str,
-        value: &str,
-        hits: u64,
-    ) -> Option<&mut Counts> {
+    pub fn counts(&mut self, now: u64, path: &str, value: &str, hits: u64) -> Option<&mut Counts> {
         if !self.limits.contains_key(path) {
             if self.limits.len() >= MAX_LIMITS {
                 return None;
