@@ -103,3 +103,23 @@ async fn absurd_flags_stop_the_start_and_a_bad_reload_is_refused() {
     );
     server.running.shutdown().await;
 }
+
+#[test]
+fn a_directory_sets_the_shape_in_one_file_only() {
+    use tollgate_server::config::Source;
+
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a.yaml"), with_top("{ keys: 7 }")).unwrap();
+    let other = "top: { sub_windows: 6 }\ndomain: b\ndescriptors:\n  - key: k\n    rate_limit: { unit: second, requests_per_unit: 1 }\n";
+    std::fs::write(dir.path().join("b.yaml"), "domain: b\ndescriptors:\n  - key: k\n    rate_limit: { unit: second, requests_per_unit: 1 }\n").unwrap();
+    let config = Source::new(dir.path()).load().unwrap();
+    assert_eq!(config.top().keys, Some(7));
+    std::fs::write(dir.path().join("b.yaml"), other).unwrap();
+    let error = Source::new(dir.path()).load().unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains("the `top` section is already defined in"),
+        "{error}"
+    );
+}
