@@ -14,6 +14,7 @@ use tollgate_server::listener::{ListenerLimits, Pace};
 use tollgate_server::logs::{self, LogFormat};
 use tollgate_server::server::{self, ProxyOptions, ServeOptions};
 use tollgate_server::store::MemorySettings;
+use tollgate_server::top_shape::TopSettings;
 use tollgate_server::{settings, store};
 
 use crate::timeout::{parse_timeout, DEFAULT as DEFAULT_TIMEOUT};
@@ -87,8 +88,21 @@ pub struct Args {
     /// file's `memory.sweep_every`; 10s when neither is given.
     #[arg(long, value_name = "DURATION", value_parser = parse_timeout, env = "TOLLGATE_MEMORY_SWEEP_EVERY")]
     memory_sweep_every: Option<u64>,
-    /// Distinct descriptor values that get a metric series of their own under
-    /// `detailed_metric: true`; the values beyond are counted together as `PATH:other`.
+    /// Keys each limit's heavy-hitter summary keeps per sub-window (/v1/top, /top): 1 to
+    /// 10000. Over the file's `top.keys`; 100 when neither is given.
+    #[arg(long, value_name = "N", env = "TOLLGATE_TOP_KEYS")]
+    top_keys: Option<usize>,
+    /// The length of one sub-window of the heavy-hitter summaries: 1s to 1h. Over the file's
+    /// `top.sub_window`; 10s when neither is given.
+    #[arg(long, value_name = "DURATION", value_parser = parse_timeout, env = "TOLLGATE_TOP_SUB_WINDOW")]
+    top_sub_window: Option<u64>,
+    /// How many sub-windows the heavy-hitter summaries keep: 1 to 1440 (the longest window
+    /// reported is their product). Over the file's `top.sub_windows`; 60 when neither is given.
+    #[arg(long, value_name = "N", env = "TOLLGATE_TOP_SUB_WINDOWS")]
+    top_sub_windows: Option<usize>,
+    /// Values of each `detailed_metric: true` limit that get a metric series of their own:
+    /// its current top ones (by hits over the last minute); the other hits are counted
+    /// together as `PATH:other`.
     #[arg(
         long,
         value_name = "N",
@@ -360,6 +374,11 @@ pub fn run(mut args: Args, matches: Option<&clap::ArgMatches>) -> anyhow::Result
                 .memory_max_keys
                 .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
             sweep_every: args.memory_sweep_every.map(Duration::from_nanos),
+        },
+        top: TopSettings {
+            keys: args.top_keys,
+            sub_window: args.top_sub_window.map(Duration::from_nanos),
+            sub_windows: args.top_sub_windows,
         },
         grpc: (!args.no_grpc).then_some(args.grpc_listen),
         http: Some(args.http_listen),

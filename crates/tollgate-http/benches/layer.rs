@@ -1,49 +1,17 @@
 //! What the layer adds to one request, in process: the same trivial service
 //! bare, behind 1 rule and behind 3 layered rules, memory backend, 10,000
 //! client keys, through `tower::ServiceExt::oneshot`; once mostly admitting
-//! (generous quotas) and once mostly refusing (1 request an hour per key).
+//! (generous quotas) and once mostly refusing (1 request an hour per key);
+//! each layered row twice in a row, with the heavy-hitter summaries on (the
+//! default) and off, so that the summary's share is the difference between
+//! two neighbouring rows.
 
-use std::convert::Infallible;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-
-use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use http::{Request, Response};
-use http_body_util::Full;
-use tollgate::MemoryBackend;
-use tollgate_http::{PeerAddr, RateLimit};
-use tower::{service_fn, Layer, Service, ServiceExt};
+use tower::{Layer, ServiceExt};
 
-mod bench_rules;
+mod layer_setup;
 
-const KEYS: u32 = 10_000;
-
-fn request(i: u32) -> Request<()> {
-    let ip = IpAddr::V4(Ipv4Addr::from(0xC612_0000 + i % KEYS));
-    let mut req = Request::get("/v1/items")
-        .header("x-api-key", format!("key-{}", i % KEYS))
-        .body(())
-        .unwrap();
-    req.extensions_mut()
-        .insert(PeerAddr(SocketAddr::new(ip, 40000)));
-    req
-}
-
-fn handler(
-) -> impl Service<Request<()>, Response = Response<Full<Bytes>>, Error = Infallible, Future: Send> + Clone
-{
-    service_fn(|_req: Request<()>| async {
-        Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"ok"))))
-    })
-}
-
-fn layer(rules: usize, refuse: bool) -> RateLimit<MemoryBackend> {
-    let mut builder = RateLimit::builder(MemoryBackend::new());
-    for rule in bench_rules::rules(refuse).into_iter().take(rules) {
-        builder = builder.rule(rule);
-    }
-    builder.build().unwrap()
-}
+use layer_setup::{handler, layer, request, KEYS};
 
 fn bench(c: &mut Criterion) {
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -61,23 +29,27 @@ fn bench(c: &mut Criterion) {
     });
     for refuse in [false, true] {
         for rules in [1, 3] {
-            let svc = layer(rules, refuse).layer(handler());
-            // Every key seen once, so the refusing run refuses.
-            for k in 0..KEYS {
-                runtime.block_on(svc.clone().oneshot(request(k))).unwrap();
+            for summaries in [true, false] {
+                let svc = layer(rules, refuse, summaries).layer(handler());
+                // Every key seen once, so the refusing run refuses.
+                for k in 0..KEYS {
+                    runtime.block_on(svc.clone().oneshot(request(k))).unwrap();
+                }
+                let status = runtime
+                    .block_on(svc.clone().oneshot(request(0)))
+                    .unwrap()
+                    .status();
+                assert_eq!(status.as_u16(), if refuse { 429 } else { 200 });
+                let name = if refuse { "refusing" } else { "admitting" };
+                let off = if summaries { "" } else { ", summary off" };
+                let id = BenchmarkId::new(name, format!("{rules} rule(s){off}"));
+                group.bench_function(id, |b| {
+                    b.iter(|| {
+                        i = i.wrapping_add(1);
+                        runtime.block_on(svc.clone().oneshot(request(i))).unwrap()
+                    })
+                });
             }
-            let status = runtime
-                .block_on(svc.clone().oneshot(request(0)))
-                .unwrap()
-                .status();
-            assert_eq!(status.as_u16(), if refuse { 429 } else { 200 });
-            let name = if refuse { "refusing" } else { "admitting" };
-            group.bench_function(BenchmarkId::new(name, format!("{rules} rule(s)")), |b| {
-                b.iter(|| {
-                    i = i.wrapping_add(1);
-                    runtime.block_on(svc.clone().oneshot(request(i))).unwrap()
-                })
-            });
         }
     }
     group.finish();

@@ -213,12 +213,12 @@ impl<B: Backend> Gate<B> {
     /// Counts a decided hit in the rule's heavy-hitter summary, under the
     /// key without the rule's name in front.
     fn count_top(&self, rule: usize, key: &str, hit: Hit, cost: u64) {
-        if cost == 0 {
-            return;
-        }
         let compiled = &self.rules[rule];
+        let Some(top) = compiled.top.as_ref().filter(|_| cost > 0) else {
+            return;
+        };
         let key = key.get(compiled.rule.name.len() + 1..).unwrap_or(key);
-        compiled.top.record(self.clock.now(), key, hit, cost);
+        top.record(self.clock.now(), key, hit, cost);
     }
 
     fn on_store_error(&self, rule: usize, key: &str, cost: u64, error: &BackendError) -> Fallback {

@@ -56,6 +56,7 @@ impl<B: Backend> RateLimit<B> {
             switch: KillSwitch::new(),
             options: Options::default(),
             top: Summaries::Own(TopConfig::default()),
+            summarise: true,
             clock: Arc::new(MonotonicClock::new()),
         }
     }
@@ -70,9 +71,9 @@ impl<B: Backend> RateLimit<B> {
     /// it behind the application's own guard: the keys it names are its
     /// clients (header values appear as their digests, as in the store).
     pub fn top_service(&self) -> TopService {
-        let rules = self.gate.rules.iter().map(|c| {
+        let rules = self.gate.rules.iter().filter_map(|c| {
             let limit = c.rule.policy.limits().first().copied();
-            (Arc::clone(&c.rule.name), limit, Arc::clone(&c.top))
+            Some((Arc::clone(&c.rule.name), limit, Arc::clone(c.top.as_ref()?)))
         });
         TopService {
             rules: rules.collect(),
@@ -105,6 +106,7 @@ pub struct RateLimitBuilder<B> {
     switch: KillSwitch,
     options: Options,
     top: Summaries,
+    summarise: bool,
     clock: Arc<dyn Clock>,
 }
 
@@ -208,6 +210,15 @@ impl<B: Backend> RateLimitBuilder<B> {
         self
     }
 
+    /// Whether each rule's keys are counted in a heavy-hitter summary (on by
+    /// default). Off, requests skip the summary altogether and
+    /// [`RateLimit::top_service`] reports no rules: for measuring what the
+    /// summary costs, or for a layer whose keys nobody will look at.
+    pub fn summaries(mut self, on: bool) -> Self {
+        self.summarise = on;
+        self
+    }
+
     /// The clock the heavy-hitter summaries are counted on
     /// ([`MonotonicClock`] by default; a [`FakeClock`](tollgate::FakeClock)
     /// in tests).
@@ -233,12 +244,12 @@ impl<B: Backend> RateLimitBuilder<B> {
                         rule: rule.name.to_string(),
                         error,
                     })?;
-            let top = match &self.top {
+            let top = self.summarise.then(|| match &self.top {
                 Summaries::Own(config) => Arc::new(HeavyHitters::new(*config)),
                 Summaries::In(top) => top
                     .rule(&rule.name)
                     .unwrap_or_else(|| Arc::new(HeavyHitters::new(*top.config()))),
-            };
+            });
             rules.push(Compiled::new(rule, prepared, top));
         }
         Ok(RateLimit {
@@ -272,8 +283,8 @@ pub(crate) struct Compiled<P> {
     pub(crate) prepared: P,
     /// The rule's metric keys.
     pub(crate) metrics: RuleMetrics,
-    /// Its heaviest keys, for `/v1/top`.
-    pub(crate) top: Arc<HeavyHitters>,
+    /// Its heaviest keys, for `/v1/top` (`None` with the summaries off).
+    pub(crate) top: Option<Arc<HeavyHitters>>,
     /// `q` and `w` of `RateLimit-Policy`: the policy's first limit.
     pub(crate) quota: u64,
     pub(crate) window: u64,
@@ -283,7 +294,7 @@ pub(crate) struct Compiled<P> {
 }
 
 impl<P> Compiled<P> {
-    fn new(rule: Rule, prepared: P, top: Arc<HeavyHitters>) -> Self {
+    fn new(rule: Rule, prepared: P, top: Option<Arc<HeavyHitters>>) -> Self {
         let first = rule.policy.limits()[0].quota;
         let (quota, window) = (first.limit(), secs_up(first.period_ns()).max(1));
         let mut policy_member = String::new();

@@ -66,7 +66,8 @@
 //! Every rule counts its keys' admitted, refused and shadow-refused hits in
 //! a bounded heavy-hitter summary (Space-Saving over 10 s sub-windows,
 //! 100 keys each by default: [`RateLimitBuilder::top`]; the algorithm and
-//! its error bound are in [`tollgate::top`]). [`RateLimit::top_service`]
+//! its error bound are in [`tollgate::top`]; off with
+//! [`RateLimitBuilder::summaries`]). [`RateLimit::top_service`]
 //! answers them as JSON ([`top`]: per rule, the totals and the busiest
 //! keys of the last minute and ten minutes, with refusal ratios and how far
 //! over the limit each runs); mount it behind your own authentication, as

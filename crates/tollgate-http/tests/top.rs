@@ -201,3 +201,45 @@ async fn a_rebuilt_layer_keeps_counting_in_shared_summaries() {
     assert_eq!(report.keys[0].key, "header.x-tenant=acme");
     assert_eq!(report.keys[0].hits, 2);
 }
+
+/// With the summaries off, requests are still limited, and nothing is
+/// counted: `/v1/top` reports no rule, and a shared `Top` gets none.
+#[tokio::test]
+async fn summaries_off_count_nothing_and_still_limit() {
+    use std::sync::Arc;
+    use tollgate::top::Top;
+
+    let clock = FakeClock::new();
+    let shared = Arc::new(Top::new(TopConfig::default()));
+    let limit = RateLimit::builder(MemoryBackend::with_clock(clock.clone()))
+        .rule(
+            Rule::new(
+                "per-key",
+                Limit::new(Algorithm::FixedWindow, Quota::per_minute(2).unwrap()),
+            )
+            .key(Key::header("x-api-key")),
+        )
+        .top_in(Arc::clone(&shared), Arc::new(clock.clone()))
+        .summaries(false)
+        .build()
+        .unwrap();
+    let mut svc = limit.layer(service_fn(|_req: Request<()>| async {
+        Ok::<_, Infallible>(Response::new(String::from("ok")))
+    }));
+    let mut statuses = Vec::new();
+    for _ in 0..3 {
+        statuses.push(send(&mut svc, "k", "acme").await);
+    }
+    assert_eq!(
+        statuses,
+        [
+            StatusCode::OK,
+            StatusCode::OK,
+            StatusCode::TOO_MANY_REQUESTS
+        ]
+    );
+    let (status, body) = top(&limit.top_service(), "").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body["rules"], serde_json::json!([]));
+    assert!(shared.rules().is_empty());
+}

@@ -42,6 +42,7 @@ async fn proxy(rule: &str, limit: &str) -> (Running, tempfile::TempDir) {
         prefix: "t:".into(),
         store_timeout: Duration::from_secs(5),
         memory: tollgate_server::store::MemorySettings::default(),
+        top: tollgate_server::top_shape::TopSettings::default(),
         http_token: None,
         grpc: None,
         http: Some("127.0.0.1:0".parse().unwrap()),

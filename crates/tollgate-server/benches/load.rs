@@ -63,6 +63,7 @@ fn options(dir: &std::path::Path, store: &str) -> ServeOptions {
         prefix: format!("tollgate-bench:{}:", std::process::id()),
         store_timeout: tollgate_server::store::DEFAULT_STORE_TIMEOUT,
         memory: tollgate_server::store::MemorySettings::default(),
+        top: tollgate_server::top_shape::TopSettings::default(),
         http_token: None,
         grpc: Some("127.0.0.1:0".parse().expect("an address")),
         http: None,

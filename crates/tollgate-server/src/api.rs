@@ -308,7 +308,7 @@ pub fn metrics_router(path: &str) -> Router {
 }
 
 async fn render_metrics() -> Response {
-    let mut res = metrics::handle().render().into_response();
+    let mut res = metrics::render().into_response();
     res.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("text/plain; version=0.0.4"),

@@ -273,6 +273,9 @@ impl<B: Backend> Active<B> {
 }
 
 /// What one descriptor of a request is decided by.
+// The large variant is the common one (a limit matched); boxing it would
+// allocate for every descriptor of every request to shrink the rare ones.
+#[allow(clippy::large_enum_variant)]
 enum Target<'c> {
     /// No limit matched (or it was replaced): OK, nothing counted.
     Nothing,
@@ -378,8 +381,9 @@ impl<B: Backend> Engine<B> {
             return;
         }
         let hit = Hit::decided(allowed, entry.shadow);
+        let key = crate::secret::shown_key(&entry.secret, key);
         self.top
-            .record(&entry.path, self.clock.now(), key, hit, hits);
+            .record(&entry.path, self.clock.now(), &key, hit, hits);
     }
 
     /// The same, answering `on_store_error: fallback` from `fallback`.
@@ -416,6 +420,9 @@ impl<B: Backend> Engine<B> {
     pub fn replace_config(&self, config: Config) {
         if config.store() != self.active.load().config.store() {
             tracing::warn!("the `store` section changed: it applies from the next start, the running store keeps its settings");
+        }
+        if config.top() != self.active.load().config.top() {
+            tracing::warn!("the `top` section changed: it applies from the next start, the running summaries keep their shape");
         }
         // Prepared before the swap: a policy kept across the reload keeps
         // its state in the store (the memory store's limiter, its keys).
@@ -866,6 +873,7 @@ fn override_entry(domain: &str, entries: &[(String, String)], limit: LimitOverri
         action,
         shadow: false,
         detailed_metric: false,
+        secret: Vec::new(),
         on_store_error: StoreErrorMode::Open,
         quota_mode: false,
         upstream: UpstreamLimit::new(limit.requests_per_unit, limit.period_ns),

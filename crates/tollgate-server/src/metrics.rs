@@ -15,15 +15,13 @@
 //! | `tollgate_breaker_state` | gauge | `store`: 0 closed, 1 half-open, 2 open |
 //!
 //! `rule` is the limit's path in the configuration (`domain.key_value`);
-//! with `detailed_metric: true`, the request's own values instead, for at
-//! most [`DEFAULT_DETAILED_SERIES`] distinct values in the process (see
-//! [`bound_detailed_series`]), given to the values that prove busy: seen
-//! at least twice in the last minute, and more often than any value a
-//! bounded heavy-hitter summary of the last minute has dropped (see
-//! [`tollgate::top`]). Every other hit is counted under `PATH:other`, so
-//! neither a client sending a new value with every request nor one-off
-//! values arriving first take the series.
-//!
+//! with `detailed_metric: true`, the request's own values instead (a value
+//! marked `secret` as its digest), for the limit's current top
+//! [`DEFAULT_DETAILED_SERIES`] values (see [`bound_detailed_series`]), every
+//! other hit counted under `PATH:other`: the series follow the heavy
+//! hitters, withdrawn when they leave the top, their counts moved to
+//! `PATH:other` (how, and why the counters stay monotonic: the `detailed`
+//! module). Rendered by [`render`].
 //!
 //! The same decisions are also counted under envoyproxy/ratelimit's names,
 //! as its Prometheus mapping (`default_mapper.yaml`, through the statsd
@@ -46,18 +44,20 @@
 //! absent for a one-level descriptor; deeper levels go in `key2`, joined by
 //! `.` (upstream's mapping has no rule for them).
 
-use std::collections::HashSet;
-use std::sync::atomic::{AtomicUsize, Ordering};
+mod detailed;
+
+use std::sync::atomic::Ordering;
 use std::sync::{LazyLock, OnceLock};
 use std::time::Instant;
 
-use parking_lot::RwLock;
-use tollgate::top::{HeavyHitters, Hit, TopConfig};
+use parking_lot::Mutex;
 use tollgate::{Clock, MonotonicClock};
 
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
+use self::detailed::{Counts, Detailed};
 use crate::config::LimitEntry;
+use crate::secret::shown_entries;
 
 /// Hits asked for, per rule.
 pub const HITS: &str = "tollgate_server_hits_total";
@@ -110,89 +110,88 @@ pub fn handle() -> &'static PrometheusHandle {
     })
 }
 
-/// How many distinct `detailed_metric` label values get a series of their
+/// How many values of each `detailed_metric` limit get a series of their
 /// own by default.
-pub const DEFAULT_DETAILED_SERIES: usize = 1000;
+pub const DEFAULT_DETAILED_SERIES: usize = detailed::DEFAULT_SERIES;
 
-static DETAILED_BOUND: AtomicUsize = AtomicUsize::new(DEFAULT_DETAILED_SERIES);
+/// The `detailed_metric` series, and the time their summaries count on.
+static DETAILED: LazyLock<(Mutex<Detailed>, MonotonicClock)> =
+    LazyLock::new(|| (Mutex::default(), MonotonicClock::new()));
 
-/// The `detailed_metric` label values that have a series of their own.
-static DETAILED: LazyLock<RwLock<HashSet<String>>> = LazyLock::new(RwLock::default);
-
-/// The last minute of `detailed_metric` label values, in 10 s
-/// sub-windows of at most [`DEFAULT_DETAILED_SERIES`] values each.
-static RECENT: LazyLock<(HeavyHitters, MonotonicClock)> = LazyLock::new(|| {
-    let config =
-        TopConfig::new(DEFAULT_DETAILED_SERIES, 10_000_000_000, 6).expect("a valid summary shape");
-    (HeavyHitters::new(config), MonotonicClock::new())
-});
-
-/// A value's hits before it gets a series: one-off values never do.
-const BUSY_HITS: u64 = 2;
-
-/// Sets how many distinct `detailed_metric` label values get a series of
-/// their own, for the whole process (the recorder is the process's); the
-/// values beyond are counted under `PATH:other`. Values already seen keep
-/// their series.
+/// Sets how many values of each `detailed_metric` limit get a series of
+/// their own (the current top ones), for the whole process (the recorder
+/// is the process's); every other hit is counted under `PATH:other`. A
+/// limit keeps the bound it had at its first hit.
 pub fn bound_detailed_series(max: usize) {
-    DETAILED_BOUND.store(max, Ordering::Relaxed);
+    detailed::BOUND.store(max, Ordering::Relaxed);
 }
 
-/// `detailed` if it has, or now gets, a series of its own: once it proved
-/// busy in the last minute, while the bound leaves room.
-fn within_bound(detailed: String, entry: &LimitEntry) -> String {
-    let (recent, clock) = &*RECENT;
-    let now = clock.now();
-    recent.record(now, &detailed, Hit::Admitted, 1);
-    if DETAILED.read().contains(&detailed) {
-        return detailed;
-    }
-    let (seen, dropped) = recent.lower_bound(now, 60_000_000_000, &detailed);
-    if seen >= BUSY_HITS && seen > dropped {
-        let mut series = DETAILED.write();
-        if series.len() < DETAILED_BOUND.load(Ordering::Relaxed) {
-            series.insert(detailed.clone());
-            return detailed;
-        }
-    }
-    format!("{}:other", entry.path)
+/// The Prometheus page of `/metrics`: the recorder's, with the
+/// `detailed_metric` series, made to follow each limit's current top values
+/// first, written into it.
+pub fn render() -> String {
+    let page = handle().render();
+    let (table, clock) = &*DETAILED;
+    let families = table.lock().scrape(clock.now());
+    detailed::splice(page, families)
 }
 
-/// The metric labels of one decision.
-pub(crate) struct Label(String);
+/// The metric labels of one decision: the limit's path, or with
+/// `detailed_metric` the request's values (secret ones as their digest).
+pub(crate) enum Label {
+    /// Counted through the `metrics` facade.
+    Path(String),
+    /// Counted among the limit's per-value series.
+    Detailed {
+        /// The limit's path.
+        path: String,
+        /// `domain.key_value...` with the request's values.
+        value: String,
+    },
+}
 
 impl Label {
     pub fn new(entry: &LimitEntry, entries: &[(String, String)]) -> Self {
         if !entry.detailed_metric {
-            return Label(entry.path.clone());
+            return Label::Path(entry.path.clone());
         }
         let domain = entry.path.split('.').next().unwrap_or_default();
-        let mut detailed = domain.to_string();
-        for (k, v) in entries {
-            detailed.push('.');
-            detailed.push_str(k);
-            detailed.push('_');
-            detailed.push_str(v);
+        let mut value = domain.to_string();
+        for (k, v) in shown_entries(&entry.secret, entries).iter() {
+            value.push('.');
+            value.push_str(k);
+            value.push('_');
+            value.push_str(v);
         }
-        Label(within_bound(detailed, entry))
+        Label::Detailed {
+            path: entry.path.clone(),
+            value,
+        }
     }
 
-    /// envoyproxy/ratelimit's labels of this limit: its stat key
-    /// `domain.key1[.key2…]` split at the dots.
-    fn upstream_labels(&self) -> Vec<(&'static str, String)> {
-        let mut parts = self.0.splitn(3, '.');
-        let mut labels = vec![
-            ("domain", parts.next().unwrap_or_default().to_string()),
-            ("key1", parts.next().unwrap_or_default().to_string()),
-        ];
-        if let Some(rest) = parts.next() {
-            labels.push(("key2", rest.to_string()));
+    /// Counts into this label's per-value series, or answers the label a
+    /// facade counter carries: the path, or `PATH:other` for a limit with
+    /// no room for per-value series.
+    fn count(&self, hits: u64, with: impl FnOnce(&mut Counts)) -> Option<String> {
+        let (path, value) = match self {
+            Label::Path(path) => return Some(path.clone()),
+            Label::Detailed { path, value } => (path, value),
+        };
+        let (table, clock) = &*DETAILED;
+        match table.lock().counts(clock.now(), path, value, hits) {
+            Some(counts) => {
+                with(counts);
+                None
+            }
+            None => Some(format!("{path}:other")),
         }
-        labels
     }
 
     pub fn decided(&self, hits: u64, allowed: bool, near: bool, shadow: bool) {
-        let labels = self.upstream_labels();
+        let Some(rule) = self.count(hits, |c| c.decided(hits, allowed, near, shadow)) else {
+            return;
+        };
+        let labels = upstream_labels(&rule);
         metrics::counter!(UPSTREAM_TOTAL_HITS, &labels).increment(hits);
         if !allowed {
             metrics::counter!(UPSTREAM_OVER_LIMIT, &labels).increment(hits);
@@ -205,7 +204,6 @@ impl Label {
                 metrics::counter!(UPSTREAM_NEAR_LIMIT, &labels).increment(hits);
             }
         }
-        let rule = self.0.clone();
         metrics::counter!(HITS, "rule" => rule.clone()).increment(hits);
         if !allowed {
             metrics::counter!(OVER_LIMIT, "rule" => rule.clone()).increment(hits);
@@ -218,9 +216,25 @@ impl Label {
     }
 
     pub fn store_error(&self) {
-        metrics::counter!(STORE_ERRORS, "rule" => self.0.clone()).increment(1);
         metrics::counter!(UPSTREAM_CALL_ERRORS, "err_type" => "redis_error").increment(1);
+        if let Some(rule) = self.count(0, |c| c.store_errors += 1) {
+            metrics::counter!(STORE_ERRORS, "rule" => rule).increment(1);
+        }
     }
+}
+
+/// envoyproxy/ratelimit's labels of a limit: its stat key
+/// `domain.key1[.key2…]` split at the dots.
+fn upstream_labels(rule: &str) -> Vec<(&'static str, String)> {
+    let mut parts = rule.splitn(3, '.');
+    let mut labels = vec![
+        ("domain", parts.next().unwrap_or_default().to_string()),
+        ("key1", parts.next().unwrap_or_default().to_string()),
+    ];
+    if let Some(rest) = parts.next() {
+        labels.push(("key2", rest.to_string()));
+    }
+    labels
 }
 
 /// Records one API call's decision time.

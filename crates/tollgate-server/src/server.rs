@@ -13,6 +13,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use tollgate::MonotonicClock;
+
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch, Semaphore};
 use tokio::task::JoinHandle;
@@ -27,6 +29,7 @@ use crate::engine::{Engine, Provenance};
 use crate::listener::{self, ListenerLimits};
 use crate::proxy::{Proxy, ProxyError};
 use crate::store::{self, GuardedStore, StoreError};
+use crate::top_shape::{TopSettings, TopShapeError};
 use crate::{api, grpc, metrics, reload, upstream};
 
 /// Time past the drain bound that shutdown waits for a worker thread.
@@ -54,6 +57,8 @@ pub struct ServeOptions {
     pub store_timeout: std::time::Duration,
     /// The memory store's key bound and idle sweep (over the file's).
     pub memory: store::MemorySettings,
+    /// The heavy-hitter summaries' shape (over the file's `top`).
+    pub top: TopSettings,
     /// Envoy's gRPC API; `None` to not serve it.
     pub grpc: Option<SocketAddr>,
     /// The HTTP JSON API, health and metrics; `None` to not serve it.
@@ -116,6 +121,9 @@ pub enum ServeError {
     /// An option out of its range.
     #[error("{0}")]
     Invalid(&'static str),
+    /// The heavy-hitter summaries' shape, from the flags over the file.
+    #[error("the top summaries (--top-* over the file's `top`): {0}")]
+    Top(#[from] TopShapeError),
     /// A listener could not bind.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
@@ -290,6 +298,7 @@ pub async fn start(options: ServeOptions) -> Result<Running, ServeError> {
         Some(source) => source.load()?,
         None => Config::default(),
     };
+    let top = options.top.or(config.top()).shape()?;
     metrics::config_load(true);
     if options.proxy.is_some() && config.http_rules().is_empty() {
         tracing::warn!("--upstream without any HTTP rule: every request is forwarded unlimited (add `http: rules:` to the configuration)");
@@ -321,6 +330,7 @@ pub async fn start(options: ServeOptions) -> Result<Running, ServeError> {
         health: backend.clone(),
     };
     let engine = Engine::with_answers(config, Arc::clone(&backend), options.answers.clone())
+        .with_top(top, MonotonicClock::new())
         .with_fallback(backend.clone())
         .with_provenance(provenance);
     let engine = Arc::new(engine);

@@ -31,8 +31,9 @@
 //!
 //! At most `k` keys per sub-window, whatever the number of distinct keys:
 //! `k × sub_windows` keys per rule, and [`Top`] tracks at most
-//! [`TopConfig::max_rules`] rules. A hit on a key already tracked allocates
-//! nothing; a new key allocates its copy (and frees the one it replaces).
+//! [`TopConfig::max_rules`] rules. A hit allocates nothing once a
+//! sub-window's summary is full: a new key is copied into the buffer of
+//! the one it replaces.
 //!
 //! # Time
 //!
@@ -189,6 +190,11 @@ impl TopConfig {
     /// The length of a sub-window, in nanoseconds.
     pub fn sub_window_ns(&self) -> u64 {
         self.sub_window_ns
+    }
+
+    /// How many sub-windows are kept.
+    pub fn sub_windows(&self) -> usize {
+        self.sub_windows
     }
 
     /// The longest window reported, in nanoseconds.
@@ -356,7 +362,7 @@ impl HeavyHitters {
         let mut error_bound = 0u64;
         // Per key: sums over the sub-windows holding it, and the sum of
         // those sub-windows' own bounds (replaced by the key's counts).
-        let mut merged: HashMap<Arc<str>, (KeyCount, u64)> = HashMap::new();
+        let mut merged: HashMap<String, (KeyCount, u64)> = HashMap::new();
         {
             let ring = self.ring.lock();
             for (held, summary) in ring.iter() {
@@ -367,7 +373,7 @@ impl HeavyHitters {
                 let bound = summary.untracked_bound();
                 error_bound = error_bound.saturating_add(bound);
                 for slot in summary.slots() {
-                    let (key, bounds) = merged.entry(Arc::clone(&slot.key)).or_insert_with(|| {
+                    let (key, bounds) = merged.entry(slot.key.clone()).or_insert_with(|| {
                         (
                             KeyCount {
                                 key: String::new(),
@@ -395,7 +401,7 @@ impl HeavyHitters {
                 key.error = key.error.saturating_add(missing);
                 key.key = match self.show {
                     Some(show) => show(&name),
-                    None => name.to_string(),
+                    None => name,
                 };
                 key
             })

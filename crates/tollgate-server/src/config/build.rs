@@ -12,6 +12,7 @@ use tollgate_http::{Key, OnStoreError as HttpStoreError, Rule};
 use super::raw::{self, QuotaSpec, StoreErrorMode};
 use super::{describe, tree, Action, Config, ConfigError, LimitEntry, Node, UpstreamLimit};
 use crate::store::MemorySettings;
+use crate::top_shape::TopSettings;
 
 const NS_PER_SEC: u64 = 1_000_000_000;
 
@@ -53,6 +54,7 @@ pub(super) fn build(file: &str, text: &str) -> Result<Config, ConfigError> {
     }
     b.check_replaces()?;
     b.memory(raw.memory.unwrap_or_default())?;
+    b.top(raw.top.unwrap_or_default())?;
     let http = raw.http.unwrap_or_default();
     b.config.http_client_ip = http.client_ip;
     for rule in http.rules {
@@ -97,6 +99,34 @@ impl Builder<'_> {
         Ok(())
     }
 
+    fn top(&mut self, top: raw::Top) -> Result<(), ConfigError> {
+        let sub_window = match &top.sub_window {
+            Some(every) => Some(Duration::from_nanos(
+                parse_period(&every.value).map_err(|m| self.error(every.referenced, m))?,
+            )),
+            None => None,
+        };
+        let settings = TopSettings {
+            keys: top.keys.as_ref().map(|k| k.value),
+            sub_window,
+            sub_windows: top.sub_windows.as_ref().map(|n| n.value),
+        };
+        if let Err(error) = settings.shape() {
+            let at = match error.setting {
+                "sub_window" => top.sub_window.map(|s| s.referenced),
+                "sub_windows" => top.sub_windows.map(|s| s.referenced),
+                _ => top.keys.map(|s| s.referenced),
+            };
+            let message = format!("`top`: {error}");
+            return Err(match at {
+                Some(at) => self.error(at, message),
+                None => ConfigError::unlocated(self.file, message),
+            });
+        }
+        self.config.top = settings;
+        Ok(())
+    }
+
     fn domain(&mut self, domain: raw::Domain) -> Result<(), ConfigError> {
         let name = domain.domain.value.clone();
         if name.is_empty() {
@@ -110,7 +140,7 @@ impl Builder<'_> {
         }
         let mut root = Node::default();
         for d in domain.descriptors {
-            self.descriptor(&mut root, &name, d)?;
+            self.descriptor(&mut root, &name, &[], d)?;
         }
         self.config.domains.insert(name, root);
         Ok(())
@@ -120,6 +150,7 @@ impl Builder<'_> {
         &mut self,
         parent: &mut Node,
         parent_path: &str,
+        parent_secret: &[bool],
         d: raw::Descriptor,
     ) -> Result<(), ConfigError> {
         let at = d.key.referenced;
@@ -136,6 +167,7 @@ impl Builder<'_> {
                 format!("`share_threshold` needs a value ending in `*` (envoyproxy/ratelimit's wildcard), found `{composite}`"),
             ));
         }
+        let secret = [parent_secret, &[d.secret]].concat();
         let mut node = Node {
             share_threshold: d.share_threshold,
             ..Node::default()
@@ -146,13 +178,14 @@ impl Builder<'_> {
                 on_store_error: d.on_store_error.unwrap_or_default(),
                 quota_mode: d.quota_mode,
                 index: Some(self.config.entries.len()),
+                secret: (0..secret.len()).filter(|&i| secret[i]).collect(),
                 ..entry
             });
             self.config.entries.push(Arc::clone(&entry));
             node.limit = Some(entry);
         }
         for child in d.descriptors {
-            self.descriptor(&mut node, &path, child)?;
+            self.descriptor(&mut node, &path, &secret, child)?;
         }
         if parent.children.contains_key(&composite) {
             return Err(self.error(
@@ -240,6 +273,7 @@ impl Builder<'_> {
             detailed_metric,
             on_store_error: StoreErrorMode::Open,
             quota_mode: false,
+            secret: Vec::new(),
             upstream,
             index: None,
         })

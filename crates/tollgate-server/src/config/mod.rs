@@ -47,6 +47,7 @@ use tollgate::Policy;
 use tollgate_http::{ClientIp, Rule};
 
 use crate::store::MemorySettings;
+use crate::top_shape::TopSettings;
 
 pub use describe::{describe_limit, describe_period};
 pub use error::ConfigError;
@@ -84,6 +85,9 @@ pub struct LimitEntry {
     pub shadow: bool,
     /// `detailed_metric`: metrics labelled with the request's values.
     pub detailed_metric: bool,
+    /// The levels (0 the first) marked `secret: true`: the request's values
+    /// there are shown only as their digests (`/v1/top`, `/top`, metrics).
+    pub secret: Vec<usize>,
     /// What a store failure does.
     pub on_store_error: StoreErrorMode,
     /// `quota_mode`: over this limit refuses the request only when every
@@ -142,6 +146,7 @@ pub struct Config {
     /// share when the store fails.
     http_fallback: Vec<bool>,
     store: StoreSettings,
+    top: TopSettings,
 }
 
 impl Config {
@@ -240,6 +245,11 @@ impl Config {
     /// `on_store_error: fallback` (the server gives it its fallback).
     pub fn http_rule_falls_back(&self, index: usize) -> bool {
         self.http_fallback.get(index).copied().unwrap_or(false)
+    }
+
+    /// The `top` section: the heavy-hitter summaries' shape, read at start.
+    pub fn top(&self) -> TopSettings {
+        self.top
     }
 
     /// The `store` section.

@@ -21,6 +21,18 @@ pub(crate) struct File {
     /// The memory store's bounds (the flags win).
     pub memory: Option<Memory>,
     pub store: Option<Spanned<Store>>,
+    /// The shape of the heavy-hitter summaries behind `/v1/top` (the flags
+    /// win).
+    pub top: Option<Top>,
+}
+
+/// `top: { keys, sub_window, sub_windows }`.
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Top {
+    pub keys: Option<Spanned<usize>>,
+    pub sub_window: Option<Spanned<String>>,
+    pub sub_windows: Option<Spanned<usize>>,
 }
 
 /// `memory: { max_keys, sweep_every }`.
@@ -85,6 +97,10 @@ pub(crate) struct Descriptor {
     pub shadow_mode: bool,
     #[serde(default)]
     pub detailed_metric: bool,
+    /// The request's value for this key is a secret (an API key): shown
+    /// only as its digest in `/v1/top`, `/top` and the metrics.
+    #[serde(default)]
+    pub secret: bool,
     /// Accepted for compatibility; metric names do not change with it.
     #[serde(default)]
     #[allow(dead_code)]

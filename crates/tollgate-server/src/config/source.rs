@@ -21,6 +21,7 @@ use tollgate_http::ClientIp;
 
 use super::{Config, ConfigError, StoreSettings};
 use crate::store::MemorySettings;
+use crate::top_shape::TopSettings;
 
 /// How a directory is read and watched (a file ignores them).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -123,7 +124,7 @@ struct Merged {
     /// The file of each domain and HTTP rule, for the error on a second one.
     domains: HashMap<String, String>,
     rules: HashMap<String, String>,
-    /// The file of each server-wide section (`store`, `memory`,
+    /// The file of each server-wide section (`store`, `memory`, `top`,
     /// `http.client_ip`): one file may set each.
     sections: HashMap<&'static str, String>,
     merge_domains: bool,
@@ -183,6 +184,10 @@ impl Merged {
         if config.store != StoreSettings::default() {
             self.claim("store", file)?;
             self.config.store = config.store;
+        }
+        if config.top != TopSettings::default() {
+            self.claim("top", file)?;
+            self.config.top = config.top;
         }
         self.config.entries.extend(config.entries);
         self.config.http_rules.extend(config.http_rules);

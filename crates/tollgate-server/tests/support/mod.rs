@@ -38,6 +38,7 @@ pub fn options(path: PathBuf, store: &str) -> ServeOptions {
         // into a store error the tests do not expect.
         store_timeout: std::time::Duration::from_secs(5),
         memory: tollgate_server::store::MemorySettings::default(),
+        top: tollgate_server::top_shape::TopSettings::default(),
         http_token: None,
         grpc: Some("127.0.0.1:0".parse().unwrap()),
         http: Some("127.0.0.1:0".parse().unwrap()),
@@ -118,7 +119,7 @@ pub async fn get(url: &str) -> (u16, String) {
 
 /// The process's metrics, rendered (the recorder is per process).
 pub fn get_metrics_text() -> (u16, String) {
-    (200, tollgate_server::metrics::handle().render())
+    (200, tollgate_server::metrics::render())
 }
 
 /// A slow client: sends one byte of body on `stream` every `every` until

@@ -6,17 +6,21 @@
 //! (`N` the weight recorded), because the counts always add up to `N`.
 //!
 //! The keys sit in a min-heap by count, so a hit on a tracked key is a hash
-//! lookup and a sift (no allocation), and an untracked key takes the place
-//! of the smallest.
+//! lookup and a sift, and an untracked key takes the place of the smallest:
+//! one hash of the key either way, and no allocation once the summary is
+//! full (the new key is copied into the evicted one's buffer).
 
-use std::collections::HashMap;
-use std::sync::Arc;
+use std::hash::BuildHasher;
+
+use hashbrown::HashTable;
 
 use super::{Counts, Hit};
 
 /// A tracked key.
 pub(super) struct Slot {
-    pub(super) key: Arc<str>,
+    pub(super) key: String,
+    /// The key's hash, so that evicting it hashes nothing.
+    hash: u64,
     /// The estimate: `error` plus everything counted since the key came in.
     pub(super) count: u64,
     /// The count of the key it replaced: how much `count` may overstate.
@@ -32,7 +36,9 @@ pub(super) struct Summary {
     slots: Vec<Slot>,
     /// Slot indices, a min-heap by count.
     heap: Vec<usize>,
-    index: HashMap<Arc<str>, usize, foldhash::fast::RandomState>,
+    /// Slot indices, by their key's hash.
+    index: HashTable<usize>,
+    hasher: foldhash::fast::RandomState,
     /// Every hit recorded, tracked or not (exact).
     pub(super) totals: Counts,
 }
@@ -43,7 +49,8 @@ impl Summary {
             capacity,
             slots: Vec::new(),
             heap: Vec::new(),
-            index: HashMap::default(),
+            index: HashTable::new(),
+            hasher: foldhash::fast::RandomState::default(),
             totals: Counts::default(),
         }
     }
@@ -57,7 +64,13 @@ impl Summary {
     }
 
     pub(super) fn get(&self, key: &str) -> Option<&Slot> {
-        self.index.get(key).map(|&slot| &self.slots[slot])
+        self.find(self.hasher.hash_one(key), key)
+            .map(|slot| &self.slots[slot])
+    }
+
+    fn find(&self, hash: u64, key: &str) -> Option<usize> {
+        let slots = &self.slots;
+        self.index.find(hash, |&s| slots[s].key == key).copied()
     }
 
     pub(super) fn slots(&self) -> &[Slot] {
@@ -77,7 +90,8 @@ impl Summary {
 
     pub(super) fn record(&mut self, key: &str, hit: Hit, hits: u64) {
         self.totals.add(hit, hits);
-        if let Some(&slot) = self.index.get(key) {
+        let hash = self.hasher.hash_one(key);
+        if let Some(slot) = self.find(hash, key) {
             let s = &mut self.slots[slot];
             s.count = s.count.saturating_add(hits);
             s.counts.add(hit, hits);
@@ -85,19 +99,20 @@ impl Summary {
             self.sift_down(pos);
             return;
         }
-        let key: Arc<str> = Arc::from(key);
         let mut counts = Counts::default();
         counts.add(hit, hits);
-        if self.slots.len() < self.capacity {
-            let slot = self.slots.len();
-            self.index.insert(Arc::clone(&key), slot);
-            self.slots.push(Slot {
-                key,
+        let Summary { slots, index, .. } = self;
+        if slots.len() < self.capacity {
+            let slot = slots.len();
+            slots.push(Slot {
+                key: key.to_string(),
+                hash,
                 count: hits,
                 error: 0,
                 counts,
                 heap_pos: self.heap.len(),
             });
+            index.insert_unique(hash, slot, |&s| slots[s].hash);
             self.heap.push(slot);
             self.sift_up(self.heap.len() - 1);
             return;
@@ -105,16 +120,17 @@ impl Summary {
         // Full: the new key takes the smallest's place and inherits its
         // count as its possible overestimate.
         let slot = self.heap[0];
-        let min = self.slots[slot].count;
-        self.index.remove(&self.slots[slot].key);
-        self.index.insert(Arc::clone(&key), slot);
-        self.slots[slot] = Slot {
-            key,
-            count: min.saturating_add(hits),
-            error: min,
-            counts,
-            heap_pos: 0,
-        };
+        if let Ok(entry) = index.find_entry(slots[slot].hash, |&s| s == slot) {
+            entry.remove();
+        }
+        let s = &mut slots[slot];
+        s.key.clear();
+        s.key.push_str(key);
+        s.hash = hash;
+        s.error = s.count;
+        s.count = s.count.saturating_add(hits);
+        s.counts = counts;
+        index.insert_unique(hash, slot, |&s| slots[s].hash);
         self.sift_down(0);
     }
 
@@ -170,13 +186,11 @@ mod tests {
         s.record("a", Hit::Admitted, 5);
         s.record("b", Hit::Admitted, 2);
         s.record("c", Hit::Refused, 1);
-        let c = s
-            .slots()
-            .iter()
-            .find(|x| &*x.key == "c")
-            .expect("c tracked");
+        let c = s.slots().iter().find(|x| x.key == "c").expect("c tracked");
         assert_eq!((c.count, c.error, c.counts.refused), (3, 2, 1));
-        assert!(s.slots().iter().all(|x| &*x.key != "b"));
+        assert!(s.slots().iter().all(|x| x.key != "b"));
+        assert!(s.get("b").is_none());
+        assert_eq!(s.get("a").map(|x| x.count), Some(5));
         assert_eq!(s.untracked_bound(), 3);
         assert_eq!(s.totals.total(), 8);
     }
@@ -190,5 +204,35 @@ mod tests {
         let sum: u64 = s.slots().iter().map(|x| x.count).sum();
         assert_eq!(sum, s.totals.total());
         assert!(s.untracked_bound() <= s.totals.total() / 3);
+    }
+
+    proptest::proptest! {
+        /// Space-Saving's guarantees, whatever the stream: counts add up
+        /// to the weight, every tracked count overstates by at most its
+        /// error, and an untracked key had at most the untracked bound.
+        #[test]
+        fn counts_bound_the_truth(
+            capacity in 1usize..8,
+            stream in proptest::collection::vec((0u8..20, 1u64..5), 0..200),
+        ) {
+            let mut s = Summary::new(capacity);
+            let mut truth = std::collections::HashMap::new();
+            for (key, hits) in &stream {
+                let key = format!("k{key}");
+                s.record(&key, Hit::Admitted, *hits);
+                *truth.entry(key).or_insert(0u64) += hits;
+            }
+            let sum: u64 = s.slots().iter().map(|x| x.count).sum();
+            proptest::prop_assert_eq!(sum, s.totals.total());
+            for (key, &true_count) in &truth {
+                match s.get(key) {
+                    Some(slot) => {
+                        proptest::prop_assert!(slot.count >= true_count);
+                        proptest::prop_assert!(slot.count - slot.error <= true_count);
+                    }
+                    None => proptest::prop_assert!(true_count <= s.untracked_bound()),
+                }
+            }
+        }
     }
 }
