@@ -14,6 +14,7 @@
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
+use smallvec::SmallVec;
 use tollgate::top::Hit;
 use tollgate::{Backend, BackendError, Decision, Policy, RetryAfter};
 
@@ -28,6 +29,12 @@ use crate::{
     digest, digest_bytes, CostError, Fallback, KeyError, LimitBody, MissingKey, Mode, OnStoreError,
     RequestView,
 };
+
+/// The rules that apply to a request, inline for the usual few.
+pub(crate) type Plan = SmallVec<[Planned; 3]>;
+
+/// What each rule decided, inline for the usual few.
+pub(crate) type Entries = SmallVec<[Entry; 3]>;
 
 /// A rule that applies to a request, with its key and cost.
 pub(crate) struct Planned {
@@ -52,19 +59,16 @@ pub(crate) struct Entry {
 /// The layer's verdict on a request.
 pub(crate) enum Verdict {
     /// Pass the request on, after `delay` nanoseconds.
-    Admit { entries: Vec<Entry>, delay: u64 },
+    Admit { entries: Entries, delay: u64 },
     /// Answer it.
-    Refuse {
-        refusal: Refusal,
-        entries: Vec<Entry>,
-    },
+    Refuse { refusal: Refusal, entries: Entries },
 }
 
 impl<B: Backend> Gate<B> {
     /// The rules that apply to `view`, with keys and costs; a refusal when a
     /// key or cost cannot be read (nothing is charged then).
-    pub(crate) fn plan(&self, view: &RequestView<'_>) -> Result<Vec<Planned>, Refusal> {
-        let mut plan = Vec::new();
+    pub(crate) fn plan(&self, view: &RequestView<'_>) -> Result<Plan, Refusal> {
+        let mut plan = Plan::new();
         for (i, compiled) in self.rules.iter().enumerate() {
             let rule = &compiled.rule;
             if !rule.matcher.matches(view) {
@@ -109,8 +113,8 @@ impl<B: Backend> Gate<B> {
     }
 
     /// Decides every planned rule, refunding all charges if one refuses.
-    pub(crate) async fn admit(&self, plan: Vec<Planned>) -> Verdict {
-        let mut entries = Vec::with_capacity(plan.len());
+    pub(crate) async fn admit(&self, plan: Plan) -> Verdict {
+        let mut entries = Entries::new();
         let mut delay = 0;
         for Planned { rule, key, cost } in plan {
             let compiled = &self.rules[rule];
@@ -230,13 +234,7 @@ impl<B: Backend> Gate<B> {
         }
     }
 
-    fn refuse(
-        &self,
-        rule: usize,
-        status: StatusCode,
-        reason: Reason,
-        entries: Vec<Entry>,
-    ) -> Verdict {
+    fn refuse(&self, rule: usize, status: StatusCode, reason: Reason, entries: Entries) -> Verdict {
         let refusal = Refusal {
             status,
             rule: self.rules[rule].rule.name.clone(),
@@ -271,7 +269,7 @@ impl<B: Backend> Gate<B> {
 
     /// Counts requests whose client left while queued, once their charges
     /// are given back.
-    pub(crate) async fn abandon(&self, mut entries: Vec<Entry>) {
+    pub(crate) async fn abandon(&self, mut entries: Entries) {
         self.refund_all(&mut entries).await;
         for entry in &entries {
             self.rules[entry.rule].metrics.count(Outcome::Abandoned);

@@ -242,6 +242,7 @@ impl<B: Backend> RateLimitBuilder<B> {
         }
         Ok(RateLimit {
             gate: Arc::new(Gate {
+                reconciles: rules.iter().any(|c| c.rule.reconcile.is_some()),
                 backend: self.backend,
                 rules,
                 client_ip: self.client_ip,
@@ -262,6 +263,16 @@ pub(crate) struct Gate<B> {
     pub(crate) options: Options,
     /// The time the heavy-hitter summaries count on.
     pub(crate) clock: Arc<dyn Clock>,
+    /// Whether a rule settles its cost with the response: only then does a
+    /// response wait on the store after the inner service.
+    reconciles: bool,
+}
+
+impl<B> Gate<B> {
+    /// Whether admitted responses go through [`Gate::reconcile`].
+    pub(crate) fn reconciles(&self) -> bool {
+        self.reconciles
+    }
 }
 
 /// A rule with what its answers need worked out once.
