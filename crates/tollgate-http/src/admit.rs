@@ -25,6 +25,8 @@ use crate::fields::{
 };
 use crate::layer::Gate;
 use crate::observe::{Op, Outcome};
+use crate::policies::PolicyValues;
+use crate::scratch;
 use crate::{
     digest, digest_bytes, CostError, Fallback, KeyError, LimitBody, MissingKey, Mode, OnStoreError,
     RequestView,
@@ -364,53 +366,46 @@ impl<B: Backend> Gate<B> {
     }
 
     fn write_fields(&self, headers: &mut HeaderMap, entries: &[Entry]) {
-        let mut policy = String::new();
-        let mut limit = String::new();
+        let shown = || entries.iter().filter(|e| e.shown);
         // The legacy fields follow the rule with the least left.
         let mut tightest: Option<(u64, u64, u64)> = None;
-        for entry in entries.iter().filter(|e| e.shown) {
-            let compiled = &self.rules[entry.rule];
-            let name = &*compiled.rule.name;
-            let digest = compiled
-                .rule
-                .partition_key
-                .then(|| digest_bytes(entry.key.as_bytes()));
-            let partition = digest.as_ref().map(|d| &d[..8]);
-            if !policy.is_empty() {
-                policy.push_str(", ");
-                limit.push_str(", ");
-            }
-            match partition {
-                None => policy.push_str(&compiled.policy_member),
-                Some(_) => write_policy_item(
-                    &mut policy,
-                    &PolicyItem {
-                        name,
-                        quota: compiled.quota,
-                        window: compiled.window,
-                        unit: compiled.rule.unit.as_deref(),
-                        partition,
+        let limit = scratch::text(|limit| {
+            for entry in shown() {
+                let compiled = &self.rules[entry.rule];
+                let digest = self.partition(entry);
+                let (remaining, reset) = (entry.decision.remaining, reset_secs(&entry.decision));
+                if !limit.is_empty() {
+                    limit.push_str(", ");
+                }
+                write_limit_item(
+                    limit,
+                    &LimitItem {
+                        name: &compiled.rule.name,
+                        remaining,
+                        reset,
+                        partition: digest.as_ref().map(|d| &d[..8]),
                     },
-                ),
+                );
+                if tightest.map_or(true, |(_, r, _)| remaining < r) {
+                    tightest = Some((compiled.quota, remaining, reset));
+                }
             }
-            let (remaining, reset) = (entry.decision.remaining, reset_secs(&entry.decision));
-            write_limit_item(
-                &mut limit,
-                &LimitItem {
-                    name,
-                    remaining,
-                    reset,
-                    partition,
-                },
-            );
-            if tightest.map_or(true, |(_, r, _)| remaining < r) {
-                tightest = Some((compiled.quota, remaining, reset));
-            }
-        }
+            HeaderValue::from_str(limit).ok()
+        });
         let Some((quota, remaining, reset)) = tightest else {
             return;
         };
-        if let (Ok(p), Ok(l)) = (HeaderValue::try_from(policy), HeaderValue::try_from(limit)) {
+        // Without partition keys, the policy is the same for every response
+        // that shows the same rules: made once for each such set.
+        let set = shown().try_fold(0u64, |set, e| {
+            let fixed = !self.rules[e.rule].rule.partition_key && e.rule < PolicyValues::MAX_RULES;
+            fixed.then_some(set | 1 << e.rule)
+        });
+        let policy = match set {
+            Some(set) => self.policies.get(set, || self.policy_value(shown())),
+            None => self.policy_value(shown()),
+        };
+        if let (Some(p), Some(l)) = (policy, limit) {
             headers.insert(RATELIMIT_POLICY, p);
             headers.insert(RATELIMIT, l);
         }
@@ -419,6 +414,39 @@ impl<B: Backend> Gate<B> {
             headers.insert(X_RATELIMIT_REMAINING, HeaderValue::from(remaining));
             headers.insert(X_RATELIMIT_RESET, HeaderValue::from(reset));
         }
+    }
+
+    /// `pk` for `entry`'s rule, if it shows one: the first bytes of the
+    /// key's digest.
+    fn partition(&self, entry: &Entry) -> Option<[u8; 16]> {
+        let rule = &self.rules[entry.rule].rule;
+        rule.partition_key
+            .then(|| digest_bytes(entry.key.as_bytes()))
+    }
+
+    /// The `RateLimit-Policy` value listing `shown`'s rules.
+    fn policy_value<'e>(&self, shown: impl Iterator<Item = &'e Entry>) -> Option<HeaderValue> {
+        let mut policy = String::new();
+        for entry in shown {
+            let compiled = &self.rules[entry.rule];
+            if !policy.is_empty() {
+                policy.push_str(", ");
+            }
+            match self.partition(entry) {
+                None => policy.push_str(&compiled.policy_member),
+                Some(digest) => write_policy_item(
+                    &mut policy,
+                    &PolicyItem {
+                        name: &compiled.rule.name,
+                        quota: compiled.quota,
+                        window: compiled.window,
+                        unit: compiled.rule.unit.as_deref(),
+                        partition: Some(&digest[..8]),
+                    },
+                ),
+            }
+        }
+        HeaderValue::try_from(policy).ok()
     }
 }
 
