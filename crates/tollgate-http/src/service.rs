@@ -20,7 +20,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{ready, Context, Poll};
+use std::task::{ready, Context, Poll, Waker};
 use std::time::Duration;
 
 use http::{Request, Response};
@@ -88,18 +88,57 @@ where
                 }
             }
             Ok(plan) => {
-                // The clone that was polled ready is the one called, once
-                // the store has decided.
-                let clone = self.inner.clone();
-                let inner = std::mem::replace(&mut self.inner, clone);
-                State::Deciding {
-                    decision: decide(Arc::clone(&self.gate), plan, started),
-                    next: Some((inner, request)),
-                    gate: Arc::clone(&self.gate),
+                let mut decision = decide(Arc::clone(&self.gate), plan, started);
+                // A store in process memory has decided by its first poll:
+                // then the inner service is called here and the request is
+                // never parked in the future. A store that must wait is
+                // polled again, with the task's waker, when the future is.
+                let now = match tokio::runtime::Handle::try_current() {
+                    Ok(_) => decision
+                        .as_mut()
+                        .poll(&mut Context::from_waker(Waker::noop())),
+                    Err(_) => Poll::Pending,
+                };
+                match now {
+                    Poll::Ready(verdict) => next(&self.gate, &mut self.inner, verdict, request),
+                    Poll::Pending => {
+                        // The clone that was polled ready is the one
+                        // called, once the store has decided.
+                        let clone = self.inner.clone();
+                        let inner = std::mem::replace(&mut self.inner, clone);
+                        State::Deciding {
+                            decision,
+                            next: Some((inner, request)),
+                            gate: Arc::clone(&self.gate),
+                        }
+                    }
                 }
             }
         };
         ResponseFuture { state }
+    }
+}
+
+/// What follows the store's `verdict` on `request`: the layer's answer, or
+/// `inner` called.
+fn next<S, B, ReqBody, ResBody>(
+    gate: &Arc<Gate<B>>,
+    inner: &mut S,
+    verdict: Verdict,
+    request: Request<ReqBody>,
+) -> State<S, B, ReqBody, ResBody>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    B: Backend,
+{
+    match verdict {
+        Verdict::Refuse { refusal, entries } => State::Answered {
+            response: Some(gate.refused(&refusal, &entries)),
+        },
+        Verdict::Admit { entries, .. } => State::Serving {
+            future: inner.call(request),
+            admitted: Some((Arc::clone(gate), entries)),
+        },
     }
 }
 
@@ -197,16 +236,10 @@ where
                     next,
                     gate,
                 } => {
-                    let entries = match ready!(decision.as_mut().poll(cx)) {
-                        Verdict::Refuse { refusal, entries } => {
-                            return Poll::Ready(Ok(gate.refused(&refusal, &entries)))
-                        }
-                        Verdict::Admit { entries, .. } => entries,
-                    };
+                    let verdict = ready!(decision.as_mut().poll(cx));
                     let (mut inner, request) = next.take().expect("polled after it answered");
-                    let admitted = Some((Arc::clone(gate), entries));
-                    let future = inner.call(request);
-                    state.set(State::Serving { future, admitted });
+                    let gate = Arc::clone(gate);
+                    state.set(self::next(&gate, &mut inner, verdict, request));
                 }
                 Step::Serving { future, admitted } => {
                     let mut response = ready!(future.poll(cx))?;
