@@ -20,7 +20,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{ready, Context, Poll, Waker};
+use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 use http::{Request, Response};
@@ -96,7 +96,7 @@ where
                 let now = match tokio::runtime::Handle::try_current() {
                     Ok(_) => decision
                         .as_mut()
-                        .poll(&mut Context::from_waker(Waker::noop())),
+                        .poll(&mut Context::from_waker(futures_task::noop_waker_ref())),
                     Err(_) => Poll::Pending,
                 };
                 match now {
