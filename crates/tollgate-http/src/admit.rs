@@ -14,6 +14,7 @@
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
+use smallvec::SmallVec;
 use tollgate::top::Hit;
 use tollgate::{Backend, BackendError, BackendExt, Decision, RetryAfter};
 
@@ -24,10 +25,18 @@ use crate::fields::{
 };
 use crate::layer::Gate;
 use crate::observe::{Op, Outcome};
+use crate::policies::PolicyValues;
+use crate::scratch;
 use crate::{
     digest, digest_bytes, CostError, Fallback, KeyError, LimitBody, MissingKey, Mode, OnStoreError,
     RequestView,
 };
+
+/// The rules that apply to a request, inline for the usual few.
+pub(crate) type Plan = SmallVec<[Planned; 3]>;
+
+/// What each rule decided, inline for the usual few.
+pub(crate) type Entries = SmallVec<[Entry; 3]>;
 
 /// A rule that applies to a request, with its key and cost.
 pub(crate) struct Planned {
@@ -52,19 +61,16 @@ pub(crate) struct Entry {
 /// The layer's verdict on a request.
 pub(crate) enum Verdict {
     /// Pass the request on, after `delay` nanoseconds.
-    Admit { entries: Vec<Entry>, delay: u64 },
+    Admit { entries: Entries, delay: u64 },
     /// Answer it.
-    Refuse {
-        refusal: Refusal,
-        entries: Vec<Entry>,
-    },
+    Refuse { refusal: Refusal, entries: Entries },
 }
 
 impl<B: Backend> Gate<B> {
     /// The rules that apply to `view`, with keys and costs; a refusal when a
     /// key or cost cannot be read (nothing is charged then).
-    pub(crate) fn plan(&self, view: &RequestView<'_>) -> Result<Vec<Planned>, Refusal> {
-        let mut plan = Vec::new();
+    pub(crate) fn plan(&self, view: &RequestView<'_>) -> Result<Plan, Refusal> {
+        let mut plan = Plan::new();
         for (i, compiled) in self.rules.iter().enumerate() {
             let rule = &compiled.rule;
             if !rule.matcher.matches(view) {
@@ -109,8 +115,8 @@ impl<B: Backend> Gate<B> {
     }
 
     /// Decides every planned rule, refunding all charges if one refuses.
-    pub(crate) async fn admit(&self, plan: Vec<Planned>) -> Verdict {
-        let mut entries = Vec::with_capacity(plan.len());
+    pub(crate) async fn admit(&self, plan: Plan) -> Verdict {
+        let mut entries = Entries::new();
         let mut delay = 0;
         for Planned { rule, key, cost } in plan {
             let compiled = &self.rules[rule];
@@ -230,13 +236,7 @@ impl<B: Backend> Gate<B> {
         }
     }
 
-    fn refuse(
-        &self,
-        rule: usize,
-        status: StatusCode,
-        reason: Reason,
-        entries: Vec<Entry>,
-    ) -> Verdict {
+    fn refuse(&self, rule: usize, status: StatusCode, reason: Reason, entries: Entries) -> Verdict {
         let refusal = Refusal {
             status,
             rule: self.rules[rule].rule.name.clone(),
@@ -271,7 +271,7 @@ impl<B: Backend> Gate<B> {
 
     /// Counts requests whose client left while queued, once their charges
     /// are given back.
-    pub(crate) async fn abandon(&self, mut entries: Vec<Entry>) {
+    pub(crate) async fn abandon(&self, mut entries: Entries) {
         self.refund_all(&mut entries).await;
         for entry in &entries {
             self.rules[entry.rule].metrics.count(Outcome::Abandoned);
@@ -366,53 +366,46 @@ impl<B: Backend> Gate<B> {
     }
 
     fn write_fields(&self, headers: &mut HeaderMap, entries: &[Entry]) {
-        let mut policy = String::new();
-        let mut limit = String::new();
+        let shown = || entries.iter().filter(|e| e.shown);
         // The legacy fields follow the rule with the least left.
         let mut tightest: Option<(u64, u64, u64)> = None;
-        for entry in entries.iter().filter(|e| e.shown) {
-            let compiled = &self.rules[entry.rule];
-            let name = &*compiled.rule.name;
-            let digest = compiled
-                .rule
-                .partition_key
-                .then(|| digest_bytes(entry.key.as_bytes()));
-            let partition = digest.as_ref().map(|d| &d[..8]);
-            if !policy.is_empty() {
-                policy.push_str(", ");
-                limit.push_str(", ");
-            }
-            match partition {
-                None => policy.push_str(&compiled.policy_member),
-                Some(_) => write_policy_item(
-                    &mut policy,
-                    &PolicyItem {
-                        name,
-                        quota: compiled.quota,
-                        window: compiled.window,
-                        unit: compiled.rule.unit.as_deref(),
-                        partition,
+        let limit = scratch::text(|limit| {
+            for entry in shown() {
+                let compiled = &self.rules[entry.rule];
+                let digest = self.partition(entry);
+                let (remaining, reset) = (entry.decision.remaining, reset_secs(&entry.decision));
+                if !limit.is_empty() {
+                    limit.push_str(", ");
+                }
+                write_limit_item(
+                    limit,
+                    &LimitItem {
+                        name: &compiled.rule.name,
+                        remaining,
+                        reset,
+                        partition: digest.as_ref().map(|d| &d[..8]),
                     },
-                ),
+                );
+                if tightest.map_or(true, |(_, r, _)| remaining < r) {
+                    tightest = Some((compiled.quota, remaining, reset));
+                }
             }
-            let (remaining, reset) = (entry.decision.remaining, reset_secs(&entry.decision));
-            write_limit_item(
-                &mut limit,
-                &LimitItem {
-                    name,
-                    remaining,
-                    reset,
-                    partition,
-                },
-            );
-            if tightest.map_or(true, |(_, r, _)| remaining < r) {
-                tightest = Some((compiled.quota, remaining, reset));
-            }
-        }
+            HeaderValue::from_str(limit).ok()
+        });
         let Some((quota, remaining, reset)) = tightest else {
             return;
         };
-        if let (Ok(p), Ok(l)) = (HeaderValue::try_from(policy), HeaderValue::try_from(limit)) {
+        // Without partition keys, the policy is the same for every response
+        // that shows the same rules: made once for each such set.
+        let set = shown().try_fold(0u64, |set, e| {
+            let fixed = !self.rules[e.rule].rule.partition_key && e.rule < PolicyValues::MAX_RULES;
+            fixed.then_some(set | 1 << e.rule)
+        });
+        let policy = match set {
+            Some(set) => self.policies.get(set, || self.policy_value(shown())),
+            None => self.policy_value(shown()),
+        };
+        if let (Some(p), Some(l)) = (policy, limit) {
             headers.insert(RATELIMIT_POLICY, p);
             headers.insert(RATELIMIT, l);
         }
@@ -421,6 +414,39 @@ impl<B: Backend> Gate<B> {
             headers.insert(X_RATELIMIT_REMAINING, HeaderValue::from(remaining));
             headers.insert(X_RATELIMIT_RESET, HeaderValue::from(reset));
         }
+    }
+
+    /// `pk` for `entry`'s rule, if it shows one: the first bytes of the
+    /// key's digest.
+    fn partition(&self, entry: &Entry) -> Option<[u8; 16]> {
+        let rule = &self.rules[entry.rule].rule;
+        rule.partition_key
+            .then(|| digest_bytes(entry.key.as_bytes()))
+    }
+
+    /// The `RateLimit-Policy` value listing `shown`'s rules.
+    fn policy_value<'e>(&self, shown: impl Iterator<Item = &'e Entry>) -> Option<HeaderValue> {
+        let mut policy = String::new();
+        for entry in shown {
+            let compiled = &self.rules[entry.rule];
+            if !policy.is_empty() {
+                policy.push_str(", ");
+            }
+            match self.partition(entry) {
+                None => policy.push_str(&compiled.policy_member),
+                Some(digest) => write_policy_item(
+                    &mut policy,
+                    &PolicyItem {
+                        name: &compiled.rule.name,
+                        quota: compiled.quota,
+                        window: compiled.window,
+                        unit: compiled.rule.unit.as_deref(),
+                        partition: Some(&digest[..8]),
+                    },
+                ),
+            }
+        }
+        HeaderValue::try_from(policy).ok()
     }
 }
 

@@ -9,12 +9,13 @@
 //! | the key is missing, too long or has bad bytes | 400 | no | no |
 //! | the cost header is missing or not a number | 400 (411 without `Content-Length`) | no | no |
 
+use std::fmt;
 use std::sync::Arc;
 
 use bytes::Bytes;
 use http::{HeaderValue, StatusCode};
 
-use crate::{CostError, KeyError};
+use crate::{scratch, CostError, KeyError};
 
 /// Why the layer answered instead of the service.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -55,20 +56,7 @@ pub struct Refusal {
 impl Refusal {
     /// A one-line explanation for the client, naming no key or secret.
     pub fn detail(&self) -> String {
-        let rule = &self.rule;
-        match &self.reason {
-            Reason::Limited { retry_after } => {
-                format!("rate limit `{rule}` exceeded; retry in {retry_after} s")
-            }
-            Reason::TooLarge { cost } => {
-                format!("a request costing {cost} can never fit rate limit `{rule}`")
-            }
-            Reason::StoreUnavailable { retry_after } => {
-                format!("rate limit `{rule}` cannot be checked right now; retry in {retry_after} s")
-            }
-            Reason::BadKey(e) => format!("rate limit `{rule}`: {e}"),
-            Reason::BadCost(e) => format!("rate limit `{rule}`: {e}"),
-        }
+        Detail(self).to_string()
     }
 
     /// The `Retry-After` to send, if any.
@@ -79,6 +67,39 @@ impl Refusal {
             }
             _ => None,
         }
+    }
+}
+
+/// [`Refusal::detail`], written wherever it goes (into the body, with no
+/// string of its own).
+struct Detail<'a>(&'a Refusal);
+
+impl fmt::Display for Detail<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let rule = &self.0.rule;
+        match &self.0.reason {
+            Reason::Limited { retry_after } => {
+                write!(f, "rate limit `{rule}` exceeded; retry in {retry_after} s")
+            }
+            Reason::TooLarge { cost } => {
+                write!(
+                    f,
+                    "a request costing {cost} can never fit rate limit `{rule}`"
+                )
+            }
+            Reason::StoreUnavailable { retry_after } => write!(
+                f,
+                "rate limit `{rule}` cannot be checked right now; retry in {retry_after} s"
+            ),
+            Reason::BadKey(e) => write!(f, "rate limit `{rule}`: {e}"),
+            Reason::BadCost(e) => write!(f, "rate limit `{rule}`: {e}"),
+        }
+    }
+}
+
+impl serde::Serialize for Detail<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
     }
 }
 
@@ -93,19 +114,17 @@ pub fn problem_json(refusal: &Refusal) -> (HeaderValue, Bytes) {
         kind: "about:blank",
         title: refusal.status.canonical_reason().unwrap_or("Error"),
         status: refusal.status.as_u16(),
-        detail: refusal.detail(),
+        detail: Detail(refusal),
         rule: &refusal.rule,
         retry_after: refusal.retry_after(),
     };
-    // One allocation for the usual answer.
-    let mut body = Vec::with_capacity(256);
-    if serde_json::to_writer(&mut body, &problem).is_err() {
-        body.clear();
-    }
-    (
-        HeaderValue::from_static("application/problem+json"),
-        Bytes::from(body),
-    )
+    // Written in this thread's buffer: the body's bytes are the one
+    // allocation.
+    let body = scratch::bytes(|body| match serde_json::to_writer(&mut *body, &problem) {
+        Ok(()) => Bytes::copy_from_slice(body),
+        Err(_) => Bytes::new(),
+    });
+    (HeaderValue::from_static("application/problem+json"), body)
 }
 
 /// RFC 9457 problem details, serialized without building a JSON tree.
@@ -115,7 +134,7 @@ struct Problem<'a> {
     kind: &'static str,
     title: &'static str,
     status: u16,
-    detail: String,
+    detail: Detail<'a>,
     rule: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
     retry_after: Option<u64>,

@@ -8,11 +8,17 @@ use sha2::{Digest, Sha256};
 /// one by accident, and not reversible to the secret.
 pub fn digest(bytes: &[u8]) -> String {
     let mut out = String::with_capacity(32);
-    for b in digest_bytes(bytes) {
-        out.push(char::from_digit(u32::from(b >> 4), 16).unwrap_or('0'));
-        out.push(char::from_digit(u32::from(b & 0xf), 16).unwrap_or('0'));
-    }
+    push_digest(&mut out, bytes);
     out
+}
+
+/// [`digest`], appended to `out` (a store key being written).
+pub(crate) fn push_digest(out: &mut String, bytes: &[u8]) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    for b in digest_bytes(bytes) {
+        out.push(char::from(HEX[usize::from(b >> 4)]));
+        out.push(char::from(HEX[usize::from(b & 0xf)]));
+    }
 }
 
 /// The same 128 bits as bytes.

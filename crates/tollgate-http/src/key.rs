@@ -24,12 +24,11 @@
 //! assert!(!derived.contains("sk-secret"));
 //! ```
 
-use std::fmt::Write;
-
 use http::HeaderName;
 use serde::{Deserialize, Deserializer};
 
-use crate::{digest, ClientIp, IpPrefix, RequestView};
+use crate::digest::push_digest;
+use crate::{ClientIp, IpPrefix, RequestView};
 
 /// The longest key, in bytes, after its parts are joined. Longer keys are
 /// refused with a 400 rather than stored: a client must not be able to make
@@ -193,9 +192,11 @@ impl Key {
                     .get(&h.name)
                     .filter(|v| !v.is_empty())
                     .ok_or_else(|| KeyError::Missing(self.describe()))?;
-                let _ = write!(out, "header.{}=", h.name);
+                out.push_str("header.");
+                out.push_str(h.name.as_str());
+                out.push('=');
                 if h.hashed {
-                    out.push_str(&digest(value.as_bytes()));
+                    push_digest(out, value.as_bytes());
                 } else {
                     let text = value
                         .to_str()
@@ -208,7 +209,9 @@ impl Key {
                     .label(name)
                     .filter(|v| !v.is_empty())
                     .ok_or_else(|| KeyError::Missing(self.describe()))?;
-                let _ = write!(out, "label.{name}=");
+                out.push_str("label.");
+                out.push_str(name);
+                out.push('=');
                 self.push_raw(value, out)?;
             }
             Key::Route => {
@@ -299,7 +302,7 @@ fn join(parts: &[Key], sep: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Labels;
+    use crate::{digest, Labels};
     use http::HeaderMap;
     use proptest::prelude::*;
 

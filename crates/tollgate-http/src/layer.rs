@@ -11,6 +11,7 @@ use tower_layer::Layer;
 use crate::answer::{problem_json, BodyWriter};
 use crate::fields::{secs_up, valid_name, write_policy_item, PolicyItem};
 use crate::observe::RuleMetrics;
+use crate::policies::PolicyValues;
 use crate::{ClientIp, KillSwitch, RateLimitService, Rule, TopPage, TopService};
 
 /// Rate limiting for a tower service (an axum `Router`, a hyper service):
@@ -254,6 +255,8 @@ impl<B: Backend> RateLimitBuilder<B> {
         }
         Ok(RateLimit {
             gate: Arc::new(Gate {
+                reconciles: rules.iter().any(|c| c.rule.reconcile.is_some()),
+                policies: PolicyValues::new(rules.len()),
                 backend: self.backend,
                 rules,
                 client_ip: self.client_ip,
@@ -274,6 +277,18 @@ pub(crate) struct Gate<B: Backend> {
     pub(crate) options: Options,
     /// The time the heavy-hitter summaries count on.
     pub(crate) clock: Arc<dyn Clock>,
+    /// `RateLimit-Policy` by set of rules shown.
+    pub(crate) policies: PolicyValues,
+    /// Whether a rule settles its cost with the response: only then does a
+    /// response wait on the store after the inner service.
+    reconciles: bool,
+}
+
+impl<B> Gate<B> {
+    /// Whether admitted responses go through [`Gate::reconcile`].
+    pub(crate) fn reconciles(&self) -> bool {
+        self.reconciles
+    }
 }
 
 /// A rule with what its answers need worked out once.

@@ -20,14 +20,15 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 use http::{Request, Response};
+use pin_project_lite::pin_project;
 use tollgate::Backend;
 use tower_service::Service;
 
-use crate::admit::{Entry, Verdict};
+use crate::admit::{Entries, Plan, Verdict};
 use crate::layer::Gate;
 use crate::observe::latency;
 use crate::{LimitBody, RequestView};
@@ -53,20 +54,18 @@ impl<S, B: Backend> RateLimitService<S, B> {
     }
 }
 
-/// The boxed future of a [`RateLimitService`].
-pub type ResponseFuture<T, E> = Pin<Box<dyn Future<Output = Result<T, E>> + Send>>;
-
 impl<S, B, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimitService<S, B>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
     S::Future: Send,
+    S::Error: Send,
     B: Backend + 'static,
     ReqBody: Send + 'static,
     ResBody: Send + 'static,
 {
     type Response = Response<LimitBody<ResBody>>;
     type Error = S::Error;
-    type Future = ResponseFuture<Self::Response, S::Error>;
+    type Future = ResponseFuture<S, B, ReqBody, ResBody>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
         self.inner.poll_ready(cx)
@@ -77,40 +76,193 @@ where
         let (parts, body) = request.into_parts();
         let plan = self.gate.plan(&RequestView::of(&parts));
         let request = Request::from_parts(parts, body);
-        // The clone that was polled ready is the one called.
-        let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
-        let gate = Arc::clone(&self.gate);
-        Box::pin(async move {
-            let plan = match plan {
-                Ok(plan) if plan.is_empty() => {
-                    return inner.call(request).await.map(|r| r.map(LimitBody::inner));
+        let state = match plan {
+            Ok(plan) if plan.is_empty() => State::Serving {
+                future: self.inner.call(request),
+                admitted: None,
+            },
+            Err(refusal) => {
+                latency(started);
+                State::Answered {
+                    response: Some(self.gate.refused(&refusal, &[])),
                 }
-                Ok(plan) => plan,
-                Err(refusal) => {
-                    latency(started);
-                    return Ok(gate.refused(&refusal, &[]));
+            }
+            Ok(plan) => {
+                let mut decision = decide(Arc::clone(&self.gate), plan, started);
+                // A store in process memory has decided by its first poll:
+                // then the inner service is called here and the request is
+                // never parked in the future. A store that must wait is
+                // polled again, with the task's waker, when the future is.
+                let now = match tokio::runtime::Handle::try_current() {
+                    Ok(_) => decision
+                        .as_mut()
+                        .poll(&mut Context::from_waker(futures_task::noop_waker_ref())),
+                    Err(_) => Poll::Pending,
+                };
+                match now {
+                    Poll::Ready(verdict) => next(&self.gate, &mut self.inner, verdict, request),
+                    Poll::Pending => {
+                        // The clone that was polled ready is the one
+                        // called, once the store has decided.
+                        let clone = self.inner.clone();
+                        let inner = std::mem::replace(&mut self.inner, clone);
+                        State::Deciding {
+                            decision,
+                            next: Some((inner, request)),
+                            gate: Arc::clone(&self.gate),
+                        }
+                    }
                 }
-            };
-            let verdict = gate.admit(plan).await;
-            latency(started);
-            let mut entries = match verdict {
-                Verdict::Refuse { refusal, entries } => return Ok(gate.refused(&refusal, &entries)),
-                Verdict::Admit { entries, delay: 0 } => entries,
-                Verdict::Admit { entries, delay } => {
-                    let queued = Queued {
-                        gate: Arc::clone(&gate),
-                        entries: Some(entries),
+            }
+        };
+        ResponseFuture { state }
+    }
+}
+
+/// What follows the store's `verdict` on `request`: the layer's answer, or
+/// `inner` called.
+fn next<S, B, ReqBody, ResBody>(
+    gate: &Arc<Gate<B>>,
+    inner: &mut S,
+    verdict: Verdict,
+    request: Request<ReqBody>,
+) -> State<S, B, ReqBody, ResBody>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    B: Backend,
+{
+    match verdict {
+        Verdict::Refuse { refusal, entries } => State::Answered {
+            response: Some(gate.refused(&refusal, &entries)),
+        },
+        Verdict::Admit { entries, .. } => State::Serving {
+            future: inner.call(request),
+            admitted: Some((Arc::clone(gate), entries)),
+        },
+    }
+}
+
+/// What the store decides for a request, with a queue's wait already
+/// waited: the one part of a request whose future belongs to the backend,
+/// so the one part kept behind a pointer.
+type Decision = Pin<Box<dyn Future<Output = Verdict> + Send>>;
+
+/// The rest of a request whose rules settle their costs with the response.
+type Settling<ResBody, E> =
+    Pin<Box<dyn Future<Output = Result<Response<LimitBody<ResBody>>, E>> + Send>>;
+
+fn decide<B: Backend + 'static>(
+    gate: Arc<Gate<B>>,
+    plan: Plan,
+    started: quanta::Instant,
+) -> Decision {
+    Box::pin(async move {
+        let verdict = gate.admit(plan).await;
+        latency(started);
+        match verdict {
+            Verdict::Admit { entries, delay } if delay > 0 => {
+                let queued = Queued {
+                    gate,
+                    entries: Some(entries),
+                };
+                tokio::time::sleep(Duration::from_nanos(delay)).await;
+                Verdict::Admit {
+                    entries: queued.release(),
+                    delay: 0,
+                }
+            }
+            verdict => verdict,
+        }
+    })
+}
+
+pin_project! {
+    /// The future of a [`RateLimitService`]: the layer's answer, or the
+    /// inner service's response with the rate-limit fields added.
+    pub struct ResponseFuture<S, B, ReqBody, ResBody>
+    where
+        S: Service<Request<ReqBody>>,
+    {
+        #[pin]
+        state: State<S, B, ReqBody, ResBody>,
+    }
+}
+
+pin_project! {
+    #[project = Step]
+    enum State<S, B, ReqBody, ResBody>
+    where
+        S: Service<Request<ReqBody>>,
+    {
+        // Waiting for the store (and a queue), then calling `next`.
+        Deciding {
+            decision: Decision,
+            next: Option<(S, Request<ReqBody>)>,
+            gate: Arc<Gate<B>>,
+        },
+        // The inner service's response, to which the fields of `admitted`
+        // are added.
+        Serving {
+            #[pin]
+            future: S::Future,
+            admitted: Option<(Arc<Gate<B>>, Entries)>,
+        },
+        // Costs settled with the store after the response.
+        Settling {
+            future: Settling<ResBody, S::Error>,
+        },
+        // The layer's own answer.
+        Answered {
+            response: Option<Response<LimitBody<ResBody>>>,
+        },
+    }
+}
+
+impl<S, B, ReqBody, ResBody> Future for ResponseFuture<S, B, ReqBody, ResBody>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    S::Error: Send + 'static,
+    B: Backend + 'static,
+    ResBody: Send + 'static,
+{
+    type Output = Result<Response<LimitBody<ResBody>>, S::Error>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut state = self.project().state;
+        loop {
+            match state.as_mut().project() {
+                Step::Deciding {
+                    decision,
+                    next,
+                    gate,
+                } => {
+                    let verdict = ready!(decision.as_mut().poll(cx));
+                    let (mut inner, request) = next.take().expect("polled after it answered");
+                    let gate = Arc::clone(gate);
+                    state.set(self::next(&gate, &mut inner, verdict, request));
+                }
+                Step::Serving { future, admitted } => {
+                    let mut response = ready!(future.poll(cx))?;
+                    let Some((gate, mut entries)) = admitted.take() else {
+                        return Poll::Ready(Ok(response.map(LimitBody::inner)));
                     };
-                    tokio::time::sleep(Duration::from_nanos(delay)).await;
-                    queued.release()
+                    if !gate.reconciles() {
+                        gate.decorate(response.headers_mut(), &entries);
+                        return Poll::Ready(Ok(response.map(LimitBody::inner)));
+                    }
+                    let future = Box::pin(async move {
+                        gate.reconcile(&mut entries, &mut response).await;
+                        gate.decorate(response.headers_mut(), &entries);
+                        Ok(response.map(LimitBody::inner))
+                    });
+                    state.set(State::Settling { future });
                 }
-            };
-            let mut response = inner.call(request).await?;
-            gate.reconcile(&mut entries, &mut response).await;
-            gate.decorate(response.headers_mut(), &entries);
-            Ok(response.map(LimitBody::inner))
-        })
+                Step::Settling { future } => return future.as_mut().poll(cx),
+                Step::Answered { response } => {
+                    return Poll::Ready(Ok(response.take().expect("polled after it answered")))
+                }
+            }
+        }
     }
 }
 
@@ -118,11 +270,11 @@ where
 /// abandoned (the future dropped) rather than [`released`](Queued::release).
 struct Queued<B: Backend + 'static> {
     gate: Arc<Gate<B>>,
-    entries: Option<Vec<Entry>>,
+    entries: Option<Entries>,
 }
 
 impl<B: Backend + 'static> Queued<B> {
-    fn release(mut self) -> Vec<Entry> {
+    fn release(mut self) -> Entries {
         self.entries.take().unwrap_or_default()
     }
 }
