@@ -284,7 +284,7 @@ pub(crate) struct Gate<B: Backend> {
     reconciles: bool,
 }
 
-impl<B> Gate<B> {
+impl<B: Backend> Gate<B> {
     /// Whether admitted responses go through [`Gate::reconcile`].
     pub(crate) fn reconciles(&self) -> bool {
         self.reconciles

@@ -182,6 +182,7 @@ pin_project! {
     pub struct ResponseFuture<S, B, ReqBody, ResBody>
     where
         S: Service<Request<ReqBody>>,
+        B: Backend,
     {
         #[pin]
         state: State<S, B, ReqBody, ResBody>,
@@ -193,6 +194,7 @@ pin_project! {
     enum State<S, B, ReqBody, ResBody>
     where
         S: Service<Request<ReqBody>>,
+        B: Backend,
     {
         // Waiting for the store (and a queue), then calling `next`.
         Deciding {
