@@ -21,7 +21,7 @@ LUA=crates/tollgate-http/benches/wrk-keys.lua
 DUR=${DUR:-5s}
 ROUNDS=${ROUNDS:-5}
 PORT=${PORT:-18100}
-CONFIGS=${CONFIGS:-"bare:admit one:admit one-quiet:admit three:admit governor:admit redis:admit bare:refuse one:refuse three:refuse governor:refuse"}
+CONFIGS=${CONFIGS:-"bare:admit one:admit one-unsummed:admit three:admit three-unsummed:admit governor:admit redis:admit bare:refuse one:refuse three:refuse governor:refuse"}
 OUT=$(mktemp -d)
 PIDS=()
 trap 'kill "${PIDS[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$OUT"' EXIT

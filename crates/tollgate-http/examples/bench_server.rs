@@ -7,8 +7,9 @@
 //! ```
 //!
 //! MODE: `bare`; `one` (per client address), `one-quiet` (the same without
-//! the RateLimit fields on admitted responses), `three` (plus per API key and
-//! per API key and endpoint) or `redis` (`one` over a Redis it starts on a
+//! the RateLimit fields on admitted responses), `one-unsummed` (the same
+//! without the heavy-hitter summary), `three` (plus per API key and per API
+//! key and endpoint), `three-unsummed` or `redis` (`one` over a Redis it starts on a
 //! free port), all tollgate-http; `governor` (tower_governor keyed by address).
 //! `admit` gives every key far more than it asks for; `refuse` one request
 //! an hour, so after a key's first request every one is refused.
@@ -29,14 +30,21 @@ use tower_governor::GovernorLayer;
 mod bench_rules;
 
 /// `rules` of the shared set; `fields`: RateLimit fields on admitted responses.
-fn layer<B: Backend>(backend: B, rules: usize, refuse: bool, fields: bool) -> RateLimit<B> {
+fn layer<B: Backend>(
+    backend: B,
+    rules: usize,
+    refuse: bool,
+    fields: bool,
+    summaries: bool,
+) -> RateLimit<B> {
     let trusted = ClientIp::behind(
         ["127.0.0.0/8".parse().unwrap()],
         ForwardedHeader::XForwardedFor,
     );
     let mut builder = RateLimit::builder(backend)
         .client_ip(trusted)
-        .admitted_fields(fields);
+        .admitted_fields(fields)
+        .summaries(summaries);
     for rule in bench_rules::rules(refuse).into_iter().take(rules) {
         builder = builder.rule(rule);
     }
@@ -50,7 +58,7 @@ async fn main() {
         [mode, how, ..] if how == "admit" || how == "refuse" => (mode.as_str(), how == "refuse"),
         _ => {
             eprintln!(
-                "usage: bench_server bare|one|one-quiet|three|redis|governor admit|refuse [PORT]"
+                "usage: bench_server bare|one|one-quiet|one-unsummed|three|three-unsummed|redis|governor admit|refuse [PORT]"
             );
             std::process::exit(2);
         }
@@ -60,16 +68,18 @@ async fn main() {
     let mut redis = None;
     let app = match mode {
         "bare" => app,
-        "one" => app.layer(layer(MemoryBackend::new(), 1, refuse, true)),
-        "one-quiet" => app.layer(layer(MemoryBackend::new(), 1, refuse, false)),
-        "three" => app.layer(layer(MemoryBackend::new(), 3, refuse, true)),
+        "one" => app.layer(layer(MemoryBackend::new(), 1, refuse, true, true)),
+        "one-quiet" => app.layer(layer(MemoryBackend::new(), 1, refuse, false, true)),
+        "one-unsummed" => app.layer(layer(MemoryBackend::new(), 1, refuse, true, false)),
+        "three" => app.layer(layer(MemoryBackend::new(), 3, refuse, true, true)),
+        "three-unsummed" => app.layer(layer(MemoryBackend::new(), 3, refuse, true, false)),
         "redis" => {
             let server = tollgate_redis::harness::RedisServer::start().expect("redis-server");
             let backend = tollgate_redis::RedisBackend::connect(&server.url())
                 .await
                 .unwrap();
             redis = Some(server);
-            app.layer(layer(backend, 1, refuse, true))
+            app.layer(layer(backend, 1, refuse, true, true))
         }
         "governor" => {
             let mut config = GovernorConfigBuilder::default().key_extractor(SmartIpKeyExtractor);

@@ -370,7 +370,8 @@ impl PostgresBackend {
         &self.pool
     }
 
-    /// Decides like [`Backend::check`] but at `now_ns` on the caller's clock
+    /// Decides like [`BackendExt::check`](tollgate::BackendExt::check) but
+    /// at `now_ns` on the caller's clock
     /// instead of the database's, for replaying a trace: any time below
     /// 2^63 ns, decided exactly as the core would. Rows charged this way are
     /// kept at least the configured replay floor.

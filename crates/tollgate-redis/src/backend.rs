@@ -220,7 +220,8 @@ impl RedisBackend {
         Ok(redis_keys(&stem, &key_suffixes(policy)))
     }
 
-    /// Decides like [`Backend::check`] but at `now_us` microseconds on the
+    /// Decides like [`BackendExt::check`](tollgate::BackendExt::check) but
+    /// at `now_us` microseconds on the
     /// caller's clock instead of the server's, for replaying a trace. Keys
     /// charged this way live at least the configured replay TTL.
     pub async fn check_at(
@@ -234,7 +235,7 @@ impl RedisBackend {
         done.await.map(|d| d.decision)
     }
 
-    /// Applies `op` like the [`Backend`] method of the same name, but at
+    /// Applies `op` like [`Backend::apply`](tollgate::Backend::apply), but at
     /// `now_us` microseconds on the caller's clock (see
     /// [`RedisBackend::check_at`]). Returns the cost the call charged (a
     /// check's cost when admitted, the forced cost, the leased cost; 0 for a

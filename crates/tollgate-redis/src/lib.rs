@@ -16,12 +16,13 @@
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), tollgate::BackendError> {
-//! use tollgate::{Algorithm, Backend, Limit, Policy, Quota};
+//! use tollgate::{Algorithm, Backend, BackendExt, Limit, Policy, Quota};
 //! use tollgate_redis::RedisBackend;
 //!
 //! let policy = Policy::new(Limit::new(Algorithm::Gcra, Quota::per_second(10).unwrap()));
-//! RedisBackend::validate(&policy)?;
+//! RedisBackend::validate(&policy)?; // before connecting, as `tollgate serve --check`
 //! let redis = RedisBackend::connect("redis://127.0.0.1:6379").await?;
+//! let policy = redis.prepare(&policy)?; // once, where the policy is set up
 //! let decision = redis.check("user-1", &policy, 1).await?;
 //! assert!(decision.allowed);
 //! # Ok(()) }

@@ -273,3 +273,41 @@ where
         (**self).apply(key, policy, op)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_outcome_of_another_kind_is_a_store_error_not_a_panic() {
+        let decision = Decision {
+            allowed: true,
+            limit: 1,
+            remaining: 0,
+            retry_after: tollgate_core::RetryAfter::Now,
+            reset_after: 0,
+            delay: 0,
+        };
+        let leased = Operation::Lease(1).outcome(Lease {
+            granted: 1,
+            decision,
+        });
+        assert_eq!(leased.into_lease().unwrap().granted, 1);
+        assert!(matches!(
+            leased.into_decision(),
+            Err(BackendError::Store(_))
+        ));
+        assert_eq!(
+            Operation::Check(1).outcome(Lease {
+                granted: 1,
+                decision
+            }),
+            Outcome::Decided(decision)
+        );
+        assert!(matches!(
+            Outcome::Reset.into_lease(),
+            Err(BackendError::Store(_))
+        ));
+        assert!(Outcome::Reset.into_reset().is_ok());
+    }
+}

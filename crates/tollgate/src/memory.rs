@@ -154,4 +154,23 @@ mod tests {
         assert_eq!(backend.sweep(), 2);
         assert!(backend.is_empty());
     }
+
+    #[test]
+    fn preparing_a_policy_again_finds_the_same_keys() {
+        let backend = MemoryBackend::with_clock(FakeClock::new());
+        let limit = Limit::new(Algorithm::FixedWindow, Quota::per_second(1).unwrap());
+        let first = backend.prepare(&Policy::new(limit)).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        assert!(rt.block_on(backend.check("k", &first, 1)).unwrap().allowed);
+        // A reloaded configuration prepares its policies again.
+        let again = backend.prepare(&Policy::new(limit)).unwrap();
+        assert!(Arc::ptr_eq(&first, &again));
+        assert!(!rt.block_on(backend.check("k", &again, 1)).unwrap().allowed);
+        assert!(matches!(
+            rt.block_on(backend.check("", &again, 1)),
+            Err(BackendError::InvalidKey(_))
+        ));
+    }
 }

@@ -286,3 +286,21 @@ async fn a_lease_dropped_on_its_way_wakes_the_requests_waiting_for_it() {
     assert!(leaser.is_err(), "the leaser ran out of time");
     assert!(waiter.unwrap().allowed, "the waiter leased in its turn");
 }
+
+#[tokio::test]
+async fn a_policy_prepared_again_spends_the_same_lease() {
+    let clock = FakeClock::new();
+    let store: Shared = Arc::new(MemoryBackend::with_clock(clock.clone()));
+    let layer = batched(&store, &clock, BatchConfig::default().batch(10).hot_rate(0));
+    let p = policy(Algorithm::FixedWindow, 100);
+    // As a reloaded configuration does.
+    let (first, again) = (layer.prepare(&p).unwrap(), layer.prepare(&p).unwrap());
+    assert!(layer.check("k", &first, 1).await.unwrap().allowed);
+    assert!(layer.check("k", &again, 1).await.unwrap().allowed);
+    assert_eq!(
+        layer.stats().leases,
+        1,
+        "the second check spent the first's lease"
+    );
+    assert_eq!(layer.leases_held(), 1);
+}
