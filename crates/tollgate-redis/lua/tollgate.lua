@@ -297,6 +297,43 @@ local function log_total(member)
   return (struct.unpack('>I' .. (#member - 1), member, 2))
 end
 
+-- A sliding log's decision, the same in every layout of the log: `s.total`
+-- is the running cost of every request kept, `s.start` that of those that
+-- have left the window. `leaves(s, excess)` is the time at which the live
+-- requests holding the first `excess` of the window's cost have all left.
+local function log_judge(s, p, cost, leaves)
+  local limit, span, now = p.cap, p.x, s.now
+  local sum = s.total - s.start
+  local function report(allowed, used, at, retry)
+    local reset = 0
+    if used > 0 and at then
+      reset = at - now + span
+    end
+    return { allowed, math.max(limit - used, 0), retry, reset, 0 }
+  end
+  if cost > limit then
+    return report(0, sum, s.newest_at, -1)
+  end
+  if cost <= limit - sum or cost == 0 then
+    if cost == 0 then
+      return report(1, sum, s.newest_at, 0), s
+    end
+    return report(1, sum + cost, now, 0), { base = s, add = cost }
+  end
+  local at = leaves(s, sum + cost - limit)
+  return report(0, sum, s.newest_at, at - now + span)
+end
+
+local function log_change(s, p, op, cost)
+  if op == 'refund' then
+    return { base = s, refund = cost }
+  end
+  if cost > p.max - s.total then
+    return nil
+  end
+  return { base = s, add = cost }
+end
+
 algorithms.sliding_log = {
   keys = 2,
   read = function(keys, i, p, now)
@@ -324,40 +361,13 @@ algorithms.sliding_log = {
     }
   end,
   judge = function(s, p, cost)
-    local limit, span, now = p.cap, p.x, s.now
-    local sum = s.total - s.start
-    local function report(allowed, used, at, retry)
-      local reset = 0
-      if used > 0 and at then
-        reset = at - now + span
-      end
-      return { allowed, math.max(limit - used, 0), retry, reset, 0 }
-    end
-    if cost > limit then
-      return report(0, sum, s.newest_at, -1)
-    end
-    if cost <= limit - sum or cost == 0 then
-      if cost == 0 then
-        return report(1, sum, s.newest_at, 0), s
-      end
-      return report(1, sum + cost, now, 0), { base = s, add = cost }
-    end
-    -- The oldest live requests must leave until `excess` cost has gone: the
-    -- first entry whose running total reaches start + excess.
-    local excess = sum + cost - limit
-    local k = redis.call('ZRANGEBYLEX', s.log, '[' .. log_member(s.start + excess), '+', 'LIMIT', 0, 1)[1]
-    local at = tonumber(redis.call('ZSCORE', s.log, k))
-    return report(0, sum, s.newest_at, at - now + span)
+    -- The first entry whose running total reaches start + excess.
+    return log_judge(s, p, cost, function(s, excess)
+      local k = redis.call('ZRANGEBYLEX', s.log, '[' .. log_member(s.start + excess), '+', 'LIMIT', 0, 1)[1]
+      return tonumber(redis.call('ZSCORE', s.log, k))
+    end)
   end,
-  change = function(s, p, op, cost)
-    if op == 'refund' then
-      return { base = s, refund = cost }
-    end
-    if cost > p.max - s.total then
-      return nil
-    end
-    return { base = s, add = cost }
-  end,
+  change = log_change,
   write = function(_, _, p, c, floor)
     local s = c.base
     local ttl = int(ttl_ms(p.x, floor))
@@ -434,40 +444,13 @@ local sliding_log_v3 = {
     }
   end,
   judge = function(s, p, cost)
-    local limit, span, now = p.cap, p.x, s.now
-    local sum = s.total - s.start
-    local function report(allowed, used, at, retry)
-      local reset = 0
-      if used > 0 and at then
-        reset = at - now + span
-      end
-      return { allowed, math.max(limit - used, 0), retry, reset, 0 }
-    end
-    if cost > limit then
-      return report(0, sum, s.newest_at, -1)
-    end
-    if cost <= limit - sum or cost == 0 then
-      if cost == 0 then
-        return report(1, sum, s.newest_at, 0), s
-      end
-      return report(1, sum + cost, now, 0), { base = s, add = cost }
-    end
-    -- The oldest live requests must leave until `excess` cost has gone: the
-    -- last entry whose running total before it is below start + excess.
-    local excess = sum + cost - limit
-    local k = redis.call('ZREVRANGEBYSCORE', s.totals, '(' .. int(s.start + excess), '-inf', 'LIMIT', 0, 1)[1]
-    local at = tonumber(redis.call('ZSCORE', s.times, k))
-    return report(0, sum, s.newest_at, at - now + span)
+    -- The last entry whose running total before it is below start + excess.
+    return log_judge(s, p, cost, function(s, excess)
+      local k = redis.call('ZREVRANGEBYSCORE', s.totals, '(' .. int(s.start + excess), '-inf', 'LIMIT', 0, 1)[1]
+      return tonumber(redis.call('ZSCORE', s.times, k))
+    end)
   end,
-  change = function(s, p, op, cost)
-    if op == 'refund' then
-      return { base = s, refund = cost }
-    end
-    if cost > p.max - s.total then
-      return nil
-    end
-    return { base = s, add = cost }
-  end,
+  change = log_change,
   write = function(_, _, p, c, floor)
     local s = c.base
     local ttl = int(ttl_ms(p.x, floor))
