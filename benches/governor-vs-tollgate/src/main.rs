@@ -26,7 +26,10 @@
 //! Run: `cargo run --release -p governor-vs-tollgate` (about two minutes);
 //! `-- --checks N` sets the checks per thread per measurement (default
 //! 10,000,000, and 3,000,000 at 1M keys), `-- --keys N` runs one key count
-//! only, `-- --memory` the memory table only.
+//! only, `-- --memory` the memory table only, and `-- --keys N --only
+//! SIDE:TYPE:SHAPE:THREADS` (e.g. `tollgate:str:allowed:1`) one limiter of
+//! one row alone, measured once (`--checks` per thread, default 1,000,000),
+//! for profiling under callgrind.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::hash::Hash;
@@ -113,6 +116,22 @@ impl KeyType {
     }
 }
 
+/// Which limiter `--only` runs.
+#[derive(Clone, Copy)]
+enum Side {
+    Tollgate,
+    Governor,
+}
+
+impl Side {
+    fn name(self) -> &'static str {
+        match self {
+            Side::Tollgate => "tollgate",
+            Side::Governor => "governor",
+        }
+    }
+}
+
 fn tollgate<K: Hash + Eq>(outcome: Outcome) -> Limiter<K> {
     let (limit, period) = outcome.quota();
     let quota = Quota::new(u64::from(limit), period.as_nanos() as u64).expect("valid quota");
@@ -180,11 +199,7 @@ fn measure(orders: &[Vec<u64>], checks: usize, check: &(impl Fn(u64) -> bool + S
                 let start = &start;
                 s.spawn(move || {
                     start.wait();
-                    let before = thread_cpu_time();
-                    for &key in order.iter().cycle().take(checks) {
-                        black_box(check(black_box(key)));
-                    }
-                    thread_cpu_time() - before
+                    checks_in_order(order, checks, check)
                 })
             })
             .collect();
@@ -194,6 +209,18 @@ fn measure(orders: &[Vec<u64>], checks: usize, check: &(impl Fn(u64) -> bool + S
         ns: cpu.as_nanos() as f64 / (checks * orders.len()) as f64,
         overlap: cpu.as_secs_f64() / wall.elapsed().as_secs_f64(),
     }
+}
+
+/// One thread's part of a measurement: `checks` checks walking `order`
+/// round and round, and the CPU time they took. Out of line so that
+/// callgrind can count it alone (`--toggle-collect='*checks_in_order*'`).
+#[inline(never)]
+fn checks_in_order(order: &[u64], checks: usize, check: &impl Fn(u64) -> bool) -> Duration {
+    let before = thread_cpu_time();
+    for &key in order.iter().cycle().take(checks) {
+        black_box(check(black_box(key)));
+    }
+    thread_cpu_time() - before
 }
 
 /// The median figure of three samples, and the least overlap among them.
@@ -220,6 +247,67 @@ fn filled(policy: Policy, keys: u64, capacity: usize) -> Limiter<u64> {
         assert!(limiter.check(&key).allowed);
     }
     limiter
+}
+
+/// One limiter of one row alone, for profiling (`--only`): built and
+/// filled as [`compare`] does, then one measurement on `threads` threads,
+/// printed with how many keys tollgate held before and after it (see
+/// `callgrind.sh` for its instructions per check).
+fn only(keys: u64, key_type: KeyType, outcome: Outcome, threads: u64, side: Side, checks: usize) {
+    let orders: Vec<Vec<u64>> = (0..threads).map(|t| shuffled(keys, 0x5EED + t)).collect();
+    let report = |sample: Sample, held: Option<(usize, usize)>| {
+        let held = held.map_or(String::new(), |(before, after)| {
+            format!(", tollgate held {before} keys before, {after} after")
+        });
+        println!(
+            "{} keys, {}, {}, {threads} thread(s), {}: {:.1} ns per check{held}",
+            keys,
+            key_type.name(),
+            outcome.name(),
+            side.name(),
+            sample.ns,
+        );
+    };
+    macro_rules! run {
+        ($key:ty, $ours_key:expr, $theirs_key:expr) => {{
+            match side {
+                Side::Tollgate => {
+                    let ours = tollgate::<$key>(outcome);
+                    for k in 0..keys {
+                        ours.check($ours_key(k));
+                    }
+                    let before = ours.len();
+                    let sample =
+                        measure(&orders, checks, &|k: u64| ours.check($ours_key(k)).allowed);
+                    report(sample, Some((before, ours.len())));
+                }
+                Side::Governor => {
+                    let theirs = governor::<$key>(outcome);
+                    for k in 0..keys {
+                        let _ = theirs.check_key($theirs_key(k));
+                    }
+                    let sample =
+                        measure(&orders, checks, &|k: u64| theirs.check_key($theirs_key(k)).is_ok());
+                    report(sample, None);
+                }
+            }
+        }};
+    }
+    match key_type {
+        KeyType::U64 => {
+            let ids: Vec<u64> = (0..keys).collect();
+            let id = |k: u64| &ids[k as usize];
+            run!(u64, id, id)
+        }
+        KeyType::Str => {
+            let names: Vec<String> = (0..keys).map(|k| format!("user-{k}")).collect();
+            run!(
+                String,
+                |k: u64| names[k as usize].as_str(),
+                |k: u64| &names[k as usize]
+            )
+        }
+    }
 }
 
 /// The rows of one key count, key type and shape: both limiters built as
@@ -333,9 +421,32 @@ fn memory() {
     println!("| governor keyed (GCRA) | {bytes:.1} | |");
 }
 
+/// `--only`'s row: `SIDE:TYPE:SHAPE:THREADS`, e.g. `tollgate:str:allowed:1`.
+fn parse_row(row: &str) -> Option<(Side, KeyType, Outcome, u64)> {
+    let mut parts = row.split(':');
+    let side = match parts.next()? {
+        "tollgate" => Side::Tollgate,
+        "governor" => Side::Governor,
+        _ => return None,
+    };
+    let key_type = match parts.next()? {
+        "u64" => KeyType::U64,
+        "str" => KeyType::Str,
+        _ => return None,
+    };
+    let outcome = match parts.next()? {
+        "allowed" => Outcome::Allowed,
+        "denied" => Outcome::Denied,
+        _ => return None,
+    };
+    let threads = parts.next()?.parse().ok().filter(|&t| t > 0)?;
+    parts.next().is_none().then_some((side, key_type, outcome, threads))
+}
+
 fn main() {
     let mut checks = None;
     let mut only_keys = None;
+    let mut only_row = None;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         let mut value = || {
@@ -350,10 +461,21 @@ fn main() {
                 memory();
                 return;
             }
+            "--only" => {
+                let row = args.next().unwrap_or_default();
+                only_row = Some(parse_row(&row).unwrap_or_else(|| {
+                    panic!("--only needs SIDE:TYPE:SHAPE:THREADS (e.g. tollgate:str:allowed:1), not {row:?}")
+                }));
+            }
             other => {
-                panic!("unknown argument {other:?}; expected --checks N, --keys N or --memory")
+                panic!("unknown argument {other:?}; expected --checks N, --keys N, --only ROW or --memory")
             }
         }
+    }
+    if let Some((side, key_type, outcome, threads)) = only_row {
+        let keys = only_keys.expect("--only needs --keys N");
+        only(keys, key_type, outcome, threads, side, checks.unwrap_or(1_000_000));
+        return;
     }
 
     println!("CPU ns per check, median of 3; ratio = governor / tollgate (higher is better for tollgate)\n");
