@@ -5,14 +5,14 @@
 # harness's `--only` mode, counting only the measured checks
 # (`checks_in_order`, so building and filling the limiter are left out).
 #
-# Usage: callgrind.sh BIN KEYS SIDE:TYPE:SHAPE:THREADS [CHECKS_PER_THREAD]
+# Usage: callgrind.sh BIN KEYS SIDE:TYPE:SHAPE:THREADS [CHECKS_PER_THREAD [HARNESS ARGS...]]
 #   e.g. callgrind.sh target/release/governor-vs-tollgate 1000 tollgate:str:allowed:1
 set -euo pipefail
-bin=$1 keys=$2 row=$3 n=${4:-100000}
+bin=$1 keys=$2 row=$3 n=${4:-100000}; shift $(( $# < 4 ? $# : 4 ))
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 valgrind --tool=callgrind --callgrind-out-file="$out/cg" --toggle-collect='*checks_in_order*' \
-  "$bin" --keys "$keys" --only "$row" --checks "$n" >"$out/log" 2>&1
+  "$bin" --keys "$keys" --only "$row" --checks "$n" "$@" >"$out/log" 2>&1
 ir=$(grep -o 'Collected : *[0-9]*' "$out/log" | tr -dc 0-9)
 threads=${row##*:}
 held=$(grep -o 'held.*' "$out/log" || true)

@@ -29,7 +29,10 @@
 //! only, `-- --memory` the memory table only, and `-- --keys N --only
 //! SIDE:TYPE:SHAPE:THREADS` (e.g. `tollgate:str:allowed:1`) one limiter of
 //! one row alone, measured once (`--checks` per thread, default 1,000,000),
-//! for profiling under callgrind.
+//! for profiling under callgrind (`callgrind.sh`), where `--idle-grace-ms
+//! N` sets tollgate's idle grace (the default 1 s is wall time, which
+//! callgrind stretches: 0 makes every key the measurement does not find
+//! stored a new one in a full table, whatever the clock).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::hash::Hash;
@@ -133,9 +136,14 @@ impl Side {
 }
 
 fn tollgate<K: Hash + Eq>(outcome: Outcome) -> Limiter<K> {
+    Limiter::new(ours_limit(outcome))
+}
+
+/// tollgate's limit for `outcome`: GCRA, as governor.
+fn ours_limit(outcome: Outcome) -> Limit {
     let (limit, period) = outcome.quota();
     let quota = Quota::new(u64::from(limit), period.as_nanos() as u64).expect("valid quota");
-    Limiter::new(Limit::new(Algorithm::Gcra, quota))
+    Limit::new(Algorithm::Gcra, quota)
 }
 
 fn governor<K: Hash + Eq + Clone>(outcome: Outcome) -> DefaultKeyedRateLimiter<K> {
@@ -253,7 +261,15 @@ fn filled(policy: Policy, keys: u64, capacity: usize) -> Limiter<u64> {
 /// filled as [`compare`] does, then one measurement on `threads` threads,
 /// printed with how many keys tollgate held before and after it (see
 /// `callgrind.sh` for its instructions per check).
-fn only(keys: u64, key_type: KeyType, outcome: Outcome, threads: u64, side: Side, checks: usize) {
+fn only(
+    keys: u64,
+    key_type: KeyType,
+    outcome: Outcome,
+    threads: u64,
+    side: Side,
+    checks: usize,
+    idle_grace: Option<Duration>,
+) {
     let orders: Vec<Vec<u64>> = (0..threads).map(|t| shuffled(keys, 0x5EED + t)).collect();
     let report = |sample: Sample, held: Option<(usize, usize)>| {
         let held = held.map_or(String::new(), |(before, after)| {
@@ -272,7 +288,12 @@ fn only(keys: u64, key_type: KeyType, outcome: Outcome, threads: u64, side: Side
         ($key:ty, $ours_key:expr, $theirs_key:expr) => {{
             match side {
                 Side::Tollgate => {
-                    let ours = tollgate::<$key>(outcome);
+                    let ours = match idle_grace {
+                        Some(grace) => Limiter::builder(ours_limit(outcome))
+                            .idle_grace(grace)
+                            .build(),
+                        None => tollgate::<$key>(outcome),
+                    };
                     for k in 0..keys {
                         ours.check($ours_key(k));
                     }
@@ -286,8 +307,9 @@ fn only(keys: u64, key_type: KeyType, outcome: Outcome, threads: u64, side: Side
                     for k in 0..keys {
                         let _ = theirs.check_key($theirs_key(k));
                     }
-                    let sample =
-                        measure(&orders, checks, &|k: u64| theirs.check_key($theirs_key(k)).is_ok());
+                    let sample = measure(&orders, checks, &|k: u64| {
+                        theirs.check_key($theirs_key(k)).is_ok()
+                    });
                     report(sample, None);
                 }
             }
@@ -301,11 +323,8 @@ fn only(keys: u64, key_type: KeyType, outcome: Outcome, threads: u64, side: Side
         }
         KeyType::Str => {
             let names: Vec<String> = (0..keys).map(|k| format!("user-{k}")).collect();
-            run!(
-                String,
-                |k: u64| names[k as usize].as_str(),
-                |k: u64| &names[k as usize]
-            )
+            run!(String, |k: u64| names[k as usize].as_str(), |k: u64| &names
+                [k as usize])
         }
     }
 }
@@ -440,13 +459,17 @@ fn parse_row(row: &str) -> Option<(Side, KeyType, Outcome, u64)> {
         _ => return None,
     };
     let threads = parts.next()?.parse().ok().filter(|&t| t > 0)?;
-    parts.next().is_none().then_some((side, key_type, outcome, threads))
+    parts
+        .next()
+        .is_none()
+        .then_some((side, key_type, outcome, threads))
 }
 
 fn main() {
     let mut checks = None;
     let mut only_keys = None;
     let mut only_row = None;
+    let mut idle_grace = None;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         let mut value = || {
@@ -461,6 +484,7 @@ fn main() {
                 memory();
                 return;
             }
+            "--idle-grace-ms" => idle_grace = Some(Duration::from_millis(value())),
             "--only" => {
                 let row = args.next().unwrap_or_default();
                 only_row = Some(parse_row(&row).unwrap_or_else(|| {
@@ -468,13 +492,14 @@ fn main() {
                 }));
             }
             other => {
-                panic!("unknown argument {other:?}; expected --checks N, --keys N, --only ROW or --memory")
+                panic!("unknown argument {other:?}; expected --checks N, --keys N, --only ROW, --idle-grace-ms N or --memory")
             }
         }
     }
     if let Some((side, key_type, outcome, threads)) = only_row {
         let keys = only_keys.expect("--only needs --keys N");
-        only(keys, key_type, outcome, threads, side, checks.unwrap_or(1_000_000));
+        let checks = checks.unwrap_or(1_000_000);
+        only(keys, key_type, outcome, threads, side, checks, idle_grace);
         return;
     }
 

@@ -19,6 +19,7 @@
 //! after the hole back (no tombstones), which rehashes those keys: the
 //! caller passes the hasher.
 
+use std::collections::VecDeque;
 use std::mem::MaybeUninit;
 
 use allocator_api2::vec::Vec as AllocVec;
@@ -322,7 +323,8 @@ impl<T> Table<T> {
         let value = unsafe { self.slots[index].assume_init_read() };
         self.tags[index] = 0;
         self.len -= 1;
-        self.sweep_range(index + 1, index + 1, 0, vec![index], &mut |_| false, hasher);
+        let holes = VecDeque::from([index]);
+        self.sweep_range(index + 1, index + 1, 0, holes, &mut |_| false, hasher);
         value
     }
 
@@ -345,7 +347,8 @@ impl<T> Table<T> {
         hasher: &dyn Fn(&T) -> u64,
     ) -> (usize, usize) {
         let len = self.len;
-        let looked = self.sweep_range(start, end.min(self.buckets()), max, Vec::new(), expired, hasher);
+        let end = end.min(self.buckets());
+        let looked = self.sweep_range(start, end, max, VecDeque::new(), expired, hasher);
         (len - self.len, looked)
     }
 
@@ -361,7 +364,7 @@ impl<T> Table<T> {
         start: usize,
         end: usize,
         max: usize,
-        mut holes: Vec<usize>,
+        mut holes: VecDeque<usize>,
         expired: &mut dyn FnMut(&T) -> bool,
         hasher: &dyn Fn(&T) -> u64,
     ) -> usize {
@@ -388,15 +391,15 @@ impl<T> Table<T> {
                 self.tags[index] = 0;
                 self.len -= 1;
                 dropped += 1;
-                holes.push(index);
+                holes.push_back(index);
                 // SAFETY: the bucket was full and is marked empty, so the
                 // value is dropped once.
                 unsafe { self.slots[index].assume_init_drop() };
             } else if !holes.is_empty() {
                 let home = home(hasher(value), self.homes);
                 let first = holes.partition_point(|&hole| hole < home);
-                if first < holes.len() {
-                    let hole = holes.remove(first);
+                // Usually the first hole: taken from the front, no shifting.
+                if let Some(hole) = holes.remove(first) {
                     self.tags[hole] = self.tags[index];
                     self.tags[index] = 0;
                     // SAFETY: `hole` is empty and `index` full; the bits
@@ -407,7 +410,7 @@ impl<T> Table<T> {
                         self.slots[hole].write(bits);
                     }
                     // Every hole is before `index`: the list stays in order.
-                    holes.push(index);
+                    holes.push_back(index);
                 }
             }
             index += 1;
