@@ -341,8 +341,9 @@ impl<K: Hash, V> Shard<K, V> {
     /// Looks at the next `budget` buckets from the sweep cursor and removes
     /// the entries `expired` says are done with, stopping early once it
     /// removed `max_removed`. Returns how many it removed.
-    /// Entries after a removed one may move back into buckets already
-    /// looked at; as the cursor goes round, each is looked at once a pass.
+    /// A removal moves the next entries back, into the bucket just looked
+    /// at: that bucket is looked at again, so one pass of as many buckets as
+    /// the table has sees every entry.
     pub(crate) fn sweep(
         &mut self,
         budget: usize,
@@ -353,24 +354,17 @@ impl<K: Hash, V> Shard<K, V> {
         if self.table.is_empty() {
             return 0;
         }
-        let hasher = &self.hasher;
-        let rehash = |(k, _): &(K, V)| hasher.hash_one(k);
         let mut removed = 0;
-        let mut budget = budget.min(buckets);
-        // At most two stretches: to the end of the table, then from its start.
-        while budget > 0 && removed < max_removed {
-            let start = self.cursor % buckets;
-            let end = (start + budget).min(buckets);
-            let (dropped, looked) = self.table.drop_where(
-                start,
-                end,
-                max_removed - removed,
-                &mut |(_, v)| expired(v),
-                &rehash,
-            );
-            removed += dropped;
-            budget -= looked - start;
-            self.cursor = looked % buckets;
+        let mut looked = 0;
+        while looked < budget.min(buckets) && removed < max_removed {
+            let index = self.cursor % buckets;
+            if self.table.get(index).is_some_and(|(_, v)| expired(v)) {
+                self.remove(index);
+                removed += 1;
+                continue;
+            }
+            self.cursor = (index + 1) % buckets;
+            looked += 1;
         }
         removed
     }

@@ -19,7 +19,6 @@
 //! after the hole back (no tombstones), which rehashes those keys: the
 //! caller passes the hasher.
 
-use std::collections::VecDeque;
 use std::mem::MaybeUninit;
 
 use allocator_api2::vec::Vec as AllocVec;
@@ -323,99 +322,27 @@ impl<T> Table<T> {
         let value = unsafe { self.slots[index].assume_init_read() };
         self.tags[index] = 0;
         self.len -= 1;
-        let holes = VecDeque::from([index]);
-        self.sweep_range(index + 1, index + 1, 0, holes, &mut |_| false, hasher);
-        value
-    }
-
-    /// Drops the values of buckets `start..end` that `expired` picks, in
-    /// order, until it has dropped `max`; returns how many it dropped and
-    /// the bucket after the last one it looked at.
-    ///
-    /// The values after the holes that may move back are moved in the same
-    /// pass, each rehashed at most once. Removing the values one at a time
-    /// rehashed every value after each hole up to the next empty bucket,
-    /// again for every hole: sweeping a run of idle keys cost the square of
-    /// its length in hashes, and with `String` keys each hash reads the
-    /// key's own heap memory (a cache miss in a large table).
-    pub(crate) fn drop_where(
-        &mut self,
-        start: usize,
-        end: usize,
-        max: usize,
-        expired: &mut dyn FnMut(&T) -> bool,
-        hasher: &dyn Fn(&T) -> u64,
-    ) -> (usize, usize) {
-        let len = self.len;
-        let end = end.min(self.buckets());
-        let looked = self.sweep_range(start, end, max, VecDeque::new(), expired, hasher);
-        (len - self.len, looked)
-    }
-
-    /// The walk of [`Table::drop_where`] from `start`, with `holes` (in
-    /// order, all before `start`) already emptied. A value whose home is
-    /// at or before a hole moves into the first such hole: every bucket
-    /// from its home to it is then full, as a probe needs. Past `end` the
-    /// walk only moves values back, and stops once no hole is left; it
-    /// stops at an empty bucket in any case, since no value after one has
-    /// its home before it.
-    fn sweep_range(
-        &mut self,
-        start: usize,
-        end: usize,
-        max: usize,
-        mut holes: VecDeque<usize>,
-        expired: &mut dyn FnMut(&T) -> bool,
-        hasher: &dyn Fn(&T) -> u64,
-    ) -> usize {
-        let mut dropped = 0;
-        let mut looked_until = start;
-        let mut index = start;
-        while index < self.buckets() {
-            let judging = index < end && dropped < max;
-            if !judging && holes.is_empty() {
-                break;
-            }
-            if judging {
-                looked_until = index + 1;
-            }
-            if self.tags[index] == 0 {
-                // Nothing after an empty bucket may move before it.
-                holes.clear();
-                index += 1;
-                continue;
-            }
+        let mut hole = index;
+        let mut next = index + 1;
+        while next < self.buckets() && self.tags[next] != 0 {
             // SAFETY: the bucket is full.
-            let value = unsafe { self.slots[index].assume_init_ref() };
-            if judging && expired(value) {
-                self.tags[index] = 0;
-                self.len -= 1;
-                dropped += 1;
-                holes.push_back(index);
-                // SAFETY: the bucket was full and is marked empty, so the
-                // value is dropped once.
-                unsafe { self.slots[index].assume_init_drop() };
-            } else if !holes.is_empty() {
-                let home = home(hasher(value), self.homes);
-                let first = holes.partition_point(|&hole| hole < home);
-                // Usually the first hole: taken from the front, no shifting.
-                if let Some(hole) = holes.remove(first) {
-                    self.tags[hole] = self.tags[index];
-                    self.tags[index] = 0;
-                    // SAFETY: `hole` is empty and `index` full; the bits
-                    // move and `index` is marked empty, so the value has
-                    // one owner.
-                    unsafe {
-                        let bits = self.slots[index].assume_init_read();
-                        self.slots[hole].write(bits);
-                    }
-                    // Every hole is before `index`: the list stays in order.
-                    holes.push_back(index);
+            let moved = unsafe { self.slots[next].assume_init_ref() };
+            // A value whose home is at or before the hole would be cut off
+            // from it by the hole: it moves into the hole.
+            if home(hasher(moved), self.homes) <= hole {
+                self.tags[hole] = self.tags[next];
+                self.tags[next] = 0;
+                // SAFETY: `hole` is empty and `next` full; the bits move
+                // and `next` is marked empty, so the value has one owner.
+                unsafe {
+                    let bits = self.slots[next].assume_init_read();
+                    self.slots[hole].write(bits);
                 }
+                hole = next;
             }
-            index += 1;
+            next += 1;
         }
-        looked_until
+        value
     }
 }
 
@@ -499,46 +426,6 @@ mod tests {
             }
             let stored = (0..table.buckets()).filter_map(|i| table.get(i)).count();
             prop_assert_eq!(stored, model.len());
-        }
-
-        /// Dropping the values a predicate picks in a stretch of buckets
-        /// drops exactly those (the first `max` of them, in bucket order)
-        /// and leaves every other value findable.
-        #[test]
-        fn drops_what_the_predicate_picks_and_keeps_the_rest(
-            phase in 0.0f64..1.0,
-            keys in prop::collection::hash_set(0u64..2_000, 1..600),
-            odd in any::<bool>(),
-            start in 0.0f64..1.0,
-            length in 0.0f64..1.2,
-            max in 0usize..400,
-        ) {
-            let mut table: Table<(u64, String)> = Table::new(phase);
-            for &key in &keys {
-                table.insert(hash(key), (key, key.to_string()), &hash_of);
-            }
-            let buckets = table.buckets();
-            let start = (start * buckets as f64) as usize;
-            let end = start + (length * buckets as f64) as usize;
-            let picked = |(k, _): &(u64, String)| (k % 2 == 1) == odd;
-            let expected: Vec<u64> = (start..end.min(buckets))
-                .filter_map(|i| table.get(i))
-                .filter(|v| picked(v))
-                .map(|(k, _)| *k)
-                .take(max)
-                .collect();
-            let (dropped, looked) = table.drop_where(start, end, max, &mut |v| picked(v), &hash_of);
-            prop_assert_eq!(dropped, expected.len());
-            prop_assert!(looked <= end.min(buckets));
-            prop_assert_eq!(table.len(), keys.len() - dropped);
-            for &key in &keys {
-                let found = table.find(hash(key), |(k, _)| *k == key);
-                if expected.contains(&key) {
-                    prop_assert!(found.is_none(), "{} was dropped", key);
-                } else {
-                    prop_assert_eq!(found.map(|(_, v)| v.clone()), Some(key.to_string()));
-                }
-            }
         }
     }
 
