@@ -258,7 +258,9 @@ fn filled(policy: Policy, keys: u64, capacity: usize) -> Limiter<u64> {
 }
 
 /// One limiter of one row alone, for profiling (`--only`): built and
-/// filled as [`compare`] does, then one measurement on `threads` threads,
+/// filled as [`compare`] does (but alone, so its fill takes less wall time
+/// than there, where the two limiters' fills alternate), then one
+/// measurement on `threads` threads,
 /// printed with how many keys tollgate held before and after it (see
 /// `callgrind.sh` for its instructions per check).
 fn only(
