@@ -181,8 +181,8 @@ async fn the_memory_store_holds_a_bounded_number_of_keys_and_forgets_idle_ones()
         unreachable!("the test server's store is memory")
     };
     assert!(memory.len() <= 10, "{} keys held", memory.len());
-    // A second's window, a second of grace, a sweep every 200 ms.
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    // A second's window, the limiter's idle grace (10 s), a sweep every 200 ms.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
     while !memory.is_empty() {
         assert!(
             std::time::Instant::now() < deadline,

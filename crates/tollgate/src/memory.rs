@@ -150,7 +150,8 @@ mod tests {
             rt.block_on(backend.check(key, &policy, 1)).unwrap();
         }
         assert_eq!(backend.len(), 2, "a flood of keys stays within the bound");
-        clock.advance(Duration::from_secs(5));
+        // Past the keys' return to full and the default idle grace (10 s).
+        clock.advance(Duration::from_secs(11));
         assert_eq!(backend.sweep(), 2);
         assert!(backend.is_empty());
     }
