@@ -22,7 +22,10 @@
 //! `cargo bench -p tollgate-postgres --bench postgres [-- SECONDS]` (default
 //! 2 s per throughput run, best of three interleaved runs); `-- sizes` for
 //! the bytes per key only; `-- seed [SECONDS]` for the comparison (default
-//! 5 s per run).
+//! 5 s per run); `-- seed-setup URL DIR` only sets up the comparison's
+//! tables on the server at URL and writes its pgbench scripts to DIR (for
+//! counting the server's instructions per statement under callgrind: see
+//! `benches/postgres_instructions.sh`).
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -49,6 +52,15 @@ fn main() -> Result<(), Error> {
     let seconds: u64 = args.iter().find_map(|a| a.parse().ok()).unwrap_or(2);
     // `sizes` measures only the bytes per key.
     let only_sizes = args.iter().any(|a| a == "sizes");
+    if let Some(i) = args.iter().position(|a| a == "seed-setup") {
+        let (Some(url), Some(dir)) = (args.get(i + 1), args.get(i + 2)) else {
+            return Err("usage: -- seed-setup URL DIR".into());
+        };
+        for (name, script) in seed_setup(url, std::path::Path::new(dir))? {
+            println!("{name}: {script}");
+        }
+        return Ok(());
+    }
     if args.iter().any(|a| a == "seed") {
         return against_a_hand_written_bucket(
             args.iter().find_map(|a| a.parse().ok()).unwrap_or(5),
@@ -414,34 +426,7 @@ UPDATE rate_limit_bucket SET tokens = LEAST(100, tokens + 10 * GREATEST(0, EXTRA
 /// read before each round.
 fn against_a_hand_written_bucket(seconds: u64) -> Result<(), Error> {
     let server = PgServer::start()?;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
-    let admin = rt.block_on(connect(&server.url()))?;
-    rt.block_on(PostgresConfig::new(server.url()).run_migrations())?;
-    rt.block_on(admin.batch_execute(&format!(
-        "{BASELINE_TABLE};
-         INSERT INTO rate_limit_bucket
-             SELECT 'k' || i, 100, CURRENT_TIMESTAMP FROM generate_series(0, {}) i",
-        KEYS - 1
-    )))?;
-    let quota = Quota::with_parts(10, 1_000_000_000, 100)?;
-    let dir = std::env::temp_dir();
-    let mut scripts = vec![(
-        "hand-written float bucket".to_string(),
-        write_script(&dir, "baseline", BASELINE_SCRIPT)?,
-    )];
-    for algorithm in [Algorithm::TokenBucket, Algorithm::Gcra] {
-        let policy = Policy::new(Limit::new(algorithm, quota));
-        rt.block_on(charge_every_key(&server, &policy))?;
-        let script = tollgate_postgres::harness::pgbench_check_script(&policy, 1, KEYS);
-        scripts.push((
-            format!("tollgate {algorithm}"),
-            write_script(&dir, &algorithm.to_string(), &script)?,
-        ));
-    }
-    rt.block_on(admin.batch_execute("VACUUM ANALYZE"))?;
+    let scripts = seed_setup(&server.url(), &std::env::temp_dir())?;
     println!("## pgbench -M prepared -c N -j min(N,2), {KEYS} keys, medians of {ROUNDS} interleaved rounds of {seconds} s\n");
     println!(
         "| clients | {} | load average before each round |",
@@ -475,6 +460,41 @@ fn against_a_hand_written_bucket(seconds: u64) -> Result<(), Error> {
     Ok(())
 }
 
+/// The comparison's tables on the server at `url`, every key's row made,
+/// and its pgbench scripts written to `dir`: (contender, script) pairs,
+/// the baseline first. `-- seed-setup URL DIR` runs only this, to measure
+/// the statements on a server of one's own (under callgrind, say).
+fn seed_setup(url: &str, dir: &std::path::Path) -> Result<Vec<(String, String)>, Error> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let admin = rt.block_on(connect(url))?;
+    rt.block_on(PostgresConfig::new(url).run_migrations())?;
+    rt.block_on(admin.batch_execute(&format!(
+        "{BASELINE_TABLE};
+         INSERT INTO rate_limit_bucket
+             SELECT 'k' || i, 100, CURRENT_TIMESTAMP FROM generate_series(0, {}) i",
+        KEYS - 1
+    )))?;
+    let quota = Quota::with_parts(10, 1_000_000_000, 100)?;
+    let mut scripts = vec![(
+        "hand-written float bucket".to_string(),
+        write_script(dir, "baseline", BASELINE_SCRIPT)?,
+    )];
+    for algorithm in [Algorithm::TokenBucket, Algorithm::Gcra] {
+        let policy = Policy::new(Limit::new(algorithm, quota));
+        rt.block_on(charge_every_key(url, &policy))?;
+        let script = tollgate_postgres::harness::pgbench_check_script(&policy, 1, KEYS);
+        scripts.push((
+            format!("tollgate {algorithm}"),
+            write_script(dir, &algorithm.to_string(), &script)?,
+        ));
+    }
+    rt.block_on(admin.batch_execute("VACUUM ANALYZE"))?;
+    Ok(scripts)
+}
+
 fn write_script(dir: &std::path::Path, name: &str, text: &str) -> Result<String, Error> {
     let path = dir.join(format!(
         "tollgate-pgbench-{}-{name}.sql",
@@ -484,9 +504,13 @@ fn write_script(dir: &std::path::Path, name: &str, text: &str) -> Result<String,
     Ok(path.to_string_lossy().into_owned())
 }
 
-/// One admitted check per key, so every contender updates existing rows.
-async fn charge_every_key(server: &PgServer, policy: &Policy) -> Result<(), Error> {
-    let backend = PostgresConfig::new(server.url())
+/// Two admitted checks per key, so every contender updates existing rows,
+/// and ours as a key in use has them: the first check makes the row
+/// (`_apply_within`, its idle_at on a second), the second is the one-statement
+/// charge, which puts idle_at on a minute; without it each key's first
+/// update in the run would be the one non-HOT update a new key costs.
+async fn charge_every_key(url: &str, policy: &Policy) -> Result<(), Error> {
+    let backend = PostgresConfig::new(url)
         .pool_size(8)
         .migrate(false)
         .cleanup_every(None)
@@ -500,7 +524,9 @@ async fn charge_every_key(server: &PgServer, policy: &Policy) -> Result<(), Erro
             tokio::spawn(async move {
                 let policy = policy?;
                 for k in (part..KEYS).step_by(8) {
-                    backend.check(&format!("k{k}"), &policy, 1).await?;
+                    for _ in 0..2 {
+                        backend.check(&format!("k{k}"), &policy, 1).await?;
+                    }
                 }
                 Ok::<_, tollgate::BackendError>(())
             })

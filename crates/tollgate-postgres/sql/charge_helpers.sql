@@ -8,6 +8,9 @@
 
 -- Raised by a statement that starts `late` ns past its caller's deadline,
 -- as `_apply_within` does, before it changes anything.
+-- (The statement of later versions of tollgate-postgres returns no row
+-- instead and leaves the error to `_apply_within`: this stays for clients
+-- of version 3 sharing the schema.)
 CREATE OR REPLACE FUNCTION @T@_late(late bigint) RETURNS boolean
 LANGUAGE plpgsql AS $$
 BEGIN

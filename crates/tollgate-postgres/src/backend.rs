@@ -12,7 +12,9 @@ use tokio_postgres::{NoTls, Socket};
 use tollgate::{Algorithm, Backend, BackendError, Operation, Outcome, Policy};
 use tollgate_core::{Decision, Lease, Limit, RetryAfter};
 
-use crate::encoding::{bucket_charge, encode, encode_operation, stored_key, BUCKETS};
+use crate::encoding::{
+    bucket_charge, encode, encode_operation, stored_key, EncodedPolicy, BUCKETS,
+};
 use crate::errors::{classify, from_pool};
 use crate::numeric::{Integer, Numeric};
 use crate::schema::{self, Migration, Names, DEFAULT_SCHEMA, DEFAULT_TABLE};
@@ -52,14 +54,16 @@ const APPLY_TYPES: [Type; 8] = [
     Type::INT8,
 ];
 
-/// The parameter types of the one-statement charge.
+/// The parameter types of the one-statement charge: the quota's numbers
+/// and the cost are `numeric`, as the statement computes with them, so the
+/// server casts none of them.
 const CHARGE_TYPES: [Type; 9] = [
     Type::TEXT,
     Type::INT8,
-    Type::INT8,
-    Type::INT8,
-    Type::INT8,
-    Type::INT8,
+    Type::NUMERIC,
+    Type::NUMERIC,
+    Type::NUMERIC,
+    Type::NUMERIC,
     Type::INT8,
     Type::INT8,
     Type::INT8,
@@ -402,7 +406,8 @@ impl PostgresBackend {
                 "time {now_ns}ns is beyond the store's range (below 2^63 ns)"
             ))
         })?;
-        self.apply(key, policy, op, Some(now), self.replay_floor_ns)
+        let prepared = PreparedPolicy::new(policy);
+        self.apply(key, &prepared, op, Some(now), self.replay_floor_ns)
             .await
     }
 
@@ -430,9 +435,9 @@ impl PostgresBackend {
     }
 
     /// Deletes `key`'s row under `policy`.
-    async fn reset(&self, key: &str, policy: &Policy) -> Result<(), BackendError> {
+    async fn reset(&self, key: &str, policy: &PreparedPolicy) -> Result<(), BackendError> {
         let key = stored_key(&self.prefix, key)?;
-        let id = encode(policy).id;
+        let id = policy.encoded.id;
         let run = async {
             let client = self.client().await?;
             client
@@ -447,14 +452,14 @@ impl PostgresBackend {
     async fn apply(
         &self,
         key: &str,
-        policy: &Policy,
+        prepared: &PreparedPolicy,
         op: Operation,
         now: Option<i64>,
         floor_ns: i64,
     ) -> Result<Lease, BackendError> {
+        let PreparedPolicy { policy, encoded } = prepared;
         let (code, amount) = encode_operation(op, policy)?;
         let key = stored_key(&self.prefix, key)?;
-        let encoded = encode(policy);
         // Past it, the statement charges nothing (only on the database's
         // own clock: replayed times carry none).
         let deadline = now.is_none().then(|| {
@@ -466,11 +471,15 @@ impl PostgresBackend {
         let run = async {
             let client = self.client().await?;
             let db = |e: tokio_postgres::Error| classify(&e, self.timeout);
-            let charge = bucket_charge(op, policy).and_then(|(algorithm, args)| {
-                let (_, sql) = self.sql.charge.iter().find(|(a, _)| *a == algorithm)?;
-                Some((sql, args))
+            let charge = bucket_charge(op, policy).and_then(|charge| {
+                let (_, sql) = self
+                    .sql
+                    .charge
+                    .iter()
+                    .find(|(a, _)| *a == charge.algorithm)?;
+                Some((sql, charge))
             });
-            if let Some((sql, [l, p, b, cost])) = charge {
+            if let Some((sql, charge)) = charge {
                 // One plain UPDATE admits most charges; a denial or a new
                 // key falls through to the function, which explains it.
                 let statement = client
@@ -480,17 +489,17 @@ impl PostgresBackend {
                 let args: [&(dyn ToSql + Sync); 9] = [
                     &key,
                     &encoded.id,
-                    &l,
-                    &p,
-                    &b,
-                    &cost,
+                    &Numeric(charge.limit),
+                    &Numeric(charge.period_ns),
+                    &Numeric(charge.burst),
+                    &Numeric(charge.cost),
                     &now,
                     &floor_ns,
                     &deadline,
                 ];
                 if let Some(row) = client.query_opt(&statement, &args).await.map_err(db)? {
-                    let values: Vec<Integer> = row.try_get(0).map_err(db)?;
-                    return Ok(values);
+                    let state: Vec<Integer> = row.try_get(0).map_err(db)?;
+                    return charge.answer(&state).map(Vec::from);
                 }
             }
             let statement = client
@@ -561,13 +570,40 @@ fn wall_clock_ns() -> i64 {
     i64::try_from(since.as_nanos()).unwrap_or(i64::MAX)
 }
 
+/// A policy as [`PostgresBackend`] keeps it once prepared: with its id
+/// and limits as the database takes them, computed once rather than per
+/// call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PreparedPolicy {
+    policy: Policy,
+    encoded: EncodedPolicy,
+}
+
+impl PreparedPolicy {
+    fn new(policy: &Policy) -> Self {
+        PreparedPolicy {
+            policy: policy.clone(),
+            encoded: encode(policy),
+        }
+    }
+}
+
+/// A prepared policy reads as the policy itself, as it did when it was one.
+impl std::ops::Deref for PreparedPolicy {
+    type Target = Policy;
+
+    fn deref(&self) -> &Policy {
+        &self.policy
+    }
+}
+
 impl Backend for PostgresBackend {
-    /// The policy itself: every quota the core accepts is exact here
+    /// The policy with its id: every quota the core accepts is exact here
     /// (`numeric` arithmetic), so there is nothing to refuse.
-    type Prepared = Arc<Policy>;
+    type Prepared = Arc<PreparedPolicy>;
 
     fn prepare(&self, policy: &Policy) -> Result<Self::Prepared, BackendError> {
-        Ok(Arc::new(policy.clone()))
+        Ok(Arc::new(PreparedPolicy::new(policy)))
     }
 
     async fn apply(

@@ -3,6 +3,8 @@
 
 use tollgate::{Algorithm, BackendError, Operation, Policy};
 
+use crate::numeric::Integer;
+
 /// Longest caller key stored as is, in bytes; longer keys are hashed.
 pub const MAX_KEY_BYTES: usize = 512;
 
@@ -35,21 +37,67 @@ pub(crate) const BUCKETS: [Algorithm; 3] = [
     Algorithm::LeakyBucket,
 ];
 
-/// The algorithm and the arguments `[limit, period_ns, burst, cost]` of the
-/// one-statement charge when `op` charges `0 < cost <= burst` to a policy of
-/// one limit of [`BUCKETS`]; `None` for every other call, which
-/// `_apply_within` decides.
-pub(crate) fn bucket_charge(op: Operation, policy: &Policy) -> Option<(Algorithm, [i64; 4])> {
+/// A check that the one-statement charge (`sql/bucket_charge.sql`) can
+/// admit: a cost of `0 < cost <= burst` against a policy of one limit of
+/// [`BUCKETS`]. Quota bounds (10^12, 2^62) are far below `u64::MAX`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct BucketCharge {
+    pub algorithm: Algorithm,
+    pub limit: u64,
+    pub period_ns: u64,
+    pub burst: u64,
+    pub cost: u64,
+}
+
+/// The one-statement charge of `op` under `policy`, or `None` for every
+/// other call, which `_apply_within` decides.
+pub(crate) fn bucket_charge(op: Operation, policy: &Policy) -> Option<BucketCharge> {
     let (Operation::Check(cost), [limit]) = (op, policy.limits()) else {
         return None;
     };
     let q = &limit.quota;
-    // A cost above the burst is never admitted: `_apply` says so. Quota
-    // bounds (10^12, 2^62) are far below i64::MAX.
-    (BUCKETS.contains(&limit.algorithm) && cost > 0 && cost <= q.burst()).then(|| {
-        let args = [q.limit(), q.period_ns(), q.burst(), cost].map(|v| v as i64);
-        (limit.algorithm, args)
+    // A cost above the burst is never admitted: `_apply` says so.
+    (BUCKETS.contains(&limit.algorithm) && cost > 0 && cost <= q.burst()).then(|| BucketCharge {
+        algorithm: limit.algorithm,
+        limit: q.limit(),
+        period_ns: q.period_ns(),
+        burst: q.burst(),
+        cost,
     })
+}
+
+impl BucketCharge {
+    /// What `_apply` returns for this charge, admitted, from the key's
+    /// `[first, last]` state the statement wrote: `[1, cost, 1, remaining,
+    /// 0, reset_after, 0]`, with the debt in ticks reduced from the state
+    /// as `_bucket_family` does (tokens, TAT or level) and its whole units
+    /// and drain time as `_bucket` gives them.
+    pub fn answer(&self, state: &[Integer]) -> Result<[Integer; 7], BackendError> {
+        let [first, last] = state else {
+            return Err(BackendError::Store(format!(
+                "expected a state of 2 numbers from the database, got {}",
+                state.len()
+            )));
+        };
+        let (l, p) = (i128::from(self.limit), i128::from(self.period_ns));
+        let cap = i128::from(self.burst) * p;
+        // A TAT is below 2^63 ns times 10^12 ticks a ns: within i128, so
+        // only a corrupt state overflows.
+        let debt = match self.algorithm {
+            Algorithm::TokenBucket => cap.checked_sub(first.0),
+            Algorithm::Gcra => last.0.checked_mul(l).and_then(|at| first.0.checked_sub(at)),
+            _ => Some(first.0),
+        }
+        .filter(|debt| (1..=cap).contains(debt))
+        .ok_or_else(|| {
+            BackendError::Store(format!(
+                "an admitted charge left the state [{}, {}], no debt of 1 to {cap} ticks",
+                first.0, last.0
+            ))
+        })?;
+        let (remaining, reset) = ((cap - debt) / p, (debt - 1) / l + 1);
+        Ok([1, i128::from(self.cost), 1, remaining, 0, reset, 0].map(Integer))
+    }
 }
 
 /// The key as stored: itself when it is 1 to [`MAX_KEY_BYTES`] bytes without
@@ -123,6 +171,47 @@ mod tests {
             stored_key("p:", ""),
             Err(BackendError::InvalidKey(_))
         ));
+    }
+
+    #[test]
+    fn an_admitted_bucket_charge_is_answered_from_the_state_written() {
+        // 10 per second, burst 5: 1e9 ticks per unit, drained at 10 ticks a ns.
+        let quota = Quota::with_parts(10, 1_000_000_000, 5).unwrap();
+        let charge = |algorithm| {
+            let policy = Policy::new(Limit::new(algorithm, quota));
+            bucket_charge(Operation::Check(2), &policy).unwrap()
+        };
+        let ints = |v: [i128; 2]| v.map(Integer);
+        // Each state holds a debt of 2.5 units, 250 ms to drain, at t = 7 ns.
+        for (algorithm, state) in [
+            (Algorithm::TokenBucket, [2_500_000_000, 7]),
+            (Algorithm::Gcra, [2_500_000_070, 7]),
+            (Algorithm::LeakyBucket, [2_500_000_000, 7]),
+        ] {
+            let answer = charge(algorithm).answer(&ints(state)).unwrap();
+            assert_eq!(answer.map(|v| v.0), [1, 2, 1, 2, 0, 250_000_000, 0]);
+        }
+        // Not a state an admitted charge leaves: an error, never a panic.
+        let gcra = charge(Algorithm::Gcra);
+        for state in [
+            vec![Integer(1)],
+            vec![Integer(i128::MAX), Integer(i128::MAX)],
+            ints([70, 7]).to_vec(),
+            ints([5_000_000_071, 7]).to_vec(),
+        ] {
+            assert!(
+                matches!(gcra.answer(&state), Err(BackendError::Store(_))),
+                "{state:?}"
+            );
+        }
+        assert_eq!(
+            bucket_charge(
+                Operation::Check(6),
+                &Policy::new(Limit::new(Algorithm::Gcra, quota))
+            ),
+            None,
+            "a cost above the burst goes to _apply_within"
+        );
     }
 
     #[test]

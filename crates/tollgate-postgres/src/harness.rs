@@ -507,7 +507,8 @@ pub fn pgbench_check_script(policy: &tollgate::Policy, cost: u64, keys: u64) -> 
     );
     let op = tollgate::Operation::Check(cost);
     let statement = match crate::encoding::bucket_charge(op, policy) {
-        Some((algorithm, args)) => {
+        Some(charge) => {
+            let args = [charge.limit, charge.period_ns, charge.burst, charge.cost];
             for (name, value) in ["l", "p", "b", "cost"].iter().zip(args) {
                 script.push_str(&format!("\\set {name} {value}\n"));
             }
@@ -524,7 +525,7 @@ pub fn pgbench_check_script(policy: &tollgate::Policy, cost: u64, keys: u64) -> 
                 ("$1", "('k' || :k)"),
             ]
             .iter()
-            .fold(names.charge_sql(algorithm), |sql, (param, value)| {
+            .fold(names.charge_sql(charge.algorithm), |sql, (param, value)| {
                 sql.replace(param, value)
             })
         }

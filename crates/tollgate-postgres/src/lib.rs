@@ -46,7 +46,7 @@ mod numeric;
 mod schema;
 
 pub use backend::{
-    PostgresBackend, PostgresConfig, DEFAULT_CLEANUP_BATCH, DEFAULT_CLEANUP_EVERY,
+    PostgresBackend, PostgresConfig, PreparedPolicy, DEFAULT_CLEANUP_BATCH, DEFAULT_CLEANUP_EVERY,
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_POOL_SIZE, DEFAULT_REPLAY_FLOOR, DEFAULT_TIMEOUT,
 };
 pub use encoding::MAX_KEY_BYTES;

@@ -40,49 +40,54 @@ const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [
 ];
 
 /// The expressions `sql/bucket_charge.sql` names, spelled out in this order
-/// (each may use the ones after it): first those of the algorithm, then
-/// [`CHARGE_TERMS`].
-fn charge_terms(algorithm: Algorithm) -> [(&'static str, &'static str); 3] {
+/// (each may use the ones after it), then `@NOW@`. `r` is the key's row,
+/// `c` the statement's constants (`start`, `cap` and `cost` in ticks).
+/// Each state is reduced to its debt as `_bucket_family` does, written
+/// with as few operators as the algorithm allows.
+fn charge_terms(algorithm: Algorithm) -> [(&'static str, &'static str); 4] {
     match algorithm {
         // [tokens, last]: the tokens refill from `last` up to the capacity.
         Algorithm::TokenBucket => [
-            ("@CHARGED_STATE@", "@CAP@ - (@DEBT@ + @COST@)"),
+            ("@CHARGED@", "@TOKENS@ - c.cost"),
+            ("@ADMITTED@", "c.cost <= @TOKENS@"),
             (
-                "@DEBT@",
-                "(@CAP@ - least(@CAP@, r.state[1] + (@NOW@ - r.state[2]) * $3::bigint))",
+                "@IDLE@",
+                "@NOW@ + div(c.cap - @TOKENS@ + c.cost - 1, $3::numeric) + 1",
             ),
-            ("@STORED@", "(@CAP@ - r.state[1])"),
+            (
+                "@TOKENS@",
+                "least(c.cap, r.state[1] + (@NOW@ - r.state[2]) * $3::numeric)",
+            ),
         ],
-        // [tat, last]: the theoretical arrival time, in ticks since 0.
+        // [tat, last]: the theoretical arrival time, in ticks since 0; the
+        // debt is what of it lies ahead of now.
         Algorithm::Gcra => [
-            ("@CHARGED_STATE@", "@NOW@ * $3::bigint + @DEBT@ + @COST@"),
-            ("@DEBT@", "greatest(r.state[1] - @NOW@ * $3::bigint, 0)"),
-            ("@STORED@", "(r.state[1] - r.state[2] * $3::bigint)"),
+            ("@CHARGED@", "@TAT@ + c.cost"),
+            (
+                "@ADMITTED@",
+                "r.state[1] + c.cost <= c.cap + @NOW@ * $3::numeric",
+            ),
+            ("@IDLE@", "div(@TAT@ + c.cost - 1, $3::numeric) + 1"),
+            ("@TAT@", "greatest(r.state[1], @NOW@ * $3::numeric)"),
         ],
         // [level, last]: the level drains from `last`.
         _ => [
-            ("@CHARGED_STATE@", "@DEBT@ + @COST@"),
+            ("@CHARGED@", "@LEVEL@ + c.cost"),
+            ("@ADMITTED@", "@LEVEL@ + c.cost <= c.cap"),
             (
-                "@DEBT@",
-                "greatest(r.state[1] - (@NOW@ - r.state[2]) * $3::bigint, 0)",
+                "@IDLE@",
+                "@NOW@ + div(@LEVEL@ + c.cost - 1, $3::numeric) + 1",
             ),
-            ("@STORED@", "r.state[1]"),
+            (
+                "@LEVEL@",
+                "greatest(r.state[1] - (@NOW@ - r.state[2]) * $3::numeric, 0)",
+            ),
         ],
     }
 }
 
-/// The terms every algorithm's charge shares; the uncorrelated sub-selects
-/// are computed once per statement.
-const CHARGE_TERMS: [(&str, &str); 4] = [
-    ("@NOW@", "greatest(@START@, r.state[2])"),
-    (
-        "@START@",
-        "(SELECT coalesce($7::bigint, \
-         (extract(epoch FROM statement_timestamp()) * 1000000000)::bigint)::numeric)",
-    ),
-    ("@CAP@", "(SELECT $5::bigint::numeric * $4::bigint)"),
-    ("@COST@", "(SELECT $6::bigint::numeric * $4::bigint)"),
-];
+/// The decision's time, which every algorithm's terms use.
+const CHARGE_NOW: (&str, &str) = ("@NOW@", "greatest(c.start, r.state[2])");
 
 /// A schema and table name, checked to be plain lower-case identifiers (so
 /// they need no quoting and cannot inject SQL).
@@ -136,7 +141,7 @@ impl Names {
     /// The one-statement charge of a single limit of `algorithm`, of the
     /// bucket family (see `sql/bucket_charge.sql`).
     pub(crate) fn charge_sql(&self, algorithm: Algorithm) -> String {
-        let sql = charge_terms(algorithm).iter().chain(&CHARGE_TERMS).fold(
+        let sql = charge_terms(algorithm).iter().chain([&CHARGE_NOW]).fold(
             include_str!("../sql/bucket_charge.sql").to_owned(),
             |sql, (name, term)| sql.replace(name, term),
         );

@@ -245,7 +245,9 @@ async fn a_server_gone_is_unavailable_and_the_password_never_shows() {
 }
 
 /// A call carries its deadline on the database clock: three calls time out
-/// while the server is frozen, start once it runs again, and charge nothing.
+/// while the server is frozen, start once it runs again, and charge nothing,
+/// whether `_apply_within` decides them (a fixed window) or the
+/// one-statement charge (GCRA).
 #[tokio::test]
 async fn a_call_started_past_its_deadline_charges_nothing() {
     let Some(server) = common::own() else {
@@ -257,31 +259,36 @@ async fn a_call_started_past_its_deadline_charges_nothing() {
         .connect()
         .await
         .unwrap();
-    let p = Policy::new(Limit::new(
-        Algorithm::FixedWindow,
-        Quota::new(10, 60 * MINUTE).unwrap(),
-    ));
-    let p = pg.prepare(&p).unwrap();
-    assert_eq!(pg.check("k", &p, 1).await.unwrap().remaining, 9);
+    let policies = [Algorithm::FixedWindow, Algorithm::Gcra].map(|algorithm| {
+        let p = Policy::new(Limit::new(algorithm, Quota::new(10, 60 * MINUTE).unwrap()));
+        pg.prepare(&p).unwrap()
+    });
+    for p in &policies {
+        assert_eq!(pg.check("k", p, 1).await.unwrap().remaining, 9);
+    }
     server.freeze().unwrap();
     for _ in 0..3 {
-        let result = pg.check("k", &p, 1).await;
-        assert!(
-            matches!(result, Err(BackendError::Timeout(_))),
-            "{result:?}"
-        );
+        for p in &policies {
+            let result = pg.check("k", p, 1).await;
+            assert!(
+                matches!(result, Err(BackendError::Timeout(_))),
+                "{result:?}"
+            );
+        }
     }
     server.thaw().unwrap();
     // The held statements are on other pooled connections than the peek:
     // wait until the server answers, then give them time to run.
     let start = Instant::now();
-    while let Err(e) = pg.check("k", &p, 0).await {
+    while let Err(e) = pg.check("k", &policies[0], 0).await {
         assert!(start.elapsed() < Duration::from_secs(10), "{e}");
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let peek = pg.check("k", &p, 0).await.unwrap();
-    assert_eq!(
-        peek.remaining, 9,
-        "the three timed-out calls charged nothing"
-    );
+    for p in &policies {
+        let peek = pg.check("k", p, 0).await.unwrap();
+        assert_eq!(
+            peek.remaining, 9,
+            "the three timed-out calls charged nothing"
+        );
+    }
 }
