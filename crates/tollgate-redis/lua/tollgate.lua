@@ -11,6 +11,10 @@ FCALL tollgate_v4 <nkeys> <keys...> <now_us> <ttl_floor_ms> <op> <amount> <n>
       then per limit: <algorithm> <cap> <x> <y> <max>
       then, optionally: <deadline_us>
 FCALL_RO tollgate_v4_peek ... the same arguments, for a check of cost 0
+FCALL tollgate_v4_fold <nkeys> <every call's keys> <m>
+      then per call: <its nkeys> <its number of arguments> <its arguments>
+      m calls of tollgate_v4 (server clock only) in one, run in order at one
+      TIME; returns their m replies (or errors) in order
 (`tollgate_v3`, `tollgate_v2` and their `_peek` twins, the names of the
 previous versions, stay so that their clients keep working during a rolling
 upgrade: v2 is v3 without the deadline, and both keep the sliding log of
@@ -609,15 +613,21 @@ local function judge_all(keys, limits, now, cost)
   return out, after, all
 end
 
+-- The server's clock in microseconds.
+local function server_time()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
 -- One call on all limits of a policy, atomically: every limit is charged (or
 -- changed) or none is. `older` holds the algorithms the caller's version
--- decides differently (by name), over `algorithms`.
-local function run(older, keys, args)
+-- decides differently (by name), over `algorithms`; `clock` gives the
+-- server's time when the call brings none.
+local function run(older, keys, args, clock)
   local now = tonumber(args[1])
   local floor, op, amount, n = tonumber(args[2]), args[3], tonumber(args[4]), tonumber(args[5])
   if not now then
-    local t = redis.call('TIME')
-    now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    now = clock()
     local deadline = tonumber(args[6 + 5 * n])
     if deadline and now > deadline then
       return redis.error_reply('TOLLGATE_LATE the call ran ' .. int(now - deadline)
@@ -691,11 +701,45 @@ local function run(older, keys, args)
   return reply
 end
 
+-- Several calls of `tollgate_v4` in one (see the head of the file), run in
+-- order at one reading of the server's clock: each decides exactly as if
+-- sent alone in that microsecond, and a call that fails (its deadline passed,
+-- a forced charge out of range, a key of another type) fails alone, its
+-- error in its place of the reply.
+local function fold(keys, args)
+  local now
+  local function clock()
+    now = now or server_time()
+    return now
+  end
+  local out, k, a = {}, 0, 2
+  for c = 1, tonumber(args[1]) do
+    local nkeys, nargs = tonumber(args[a]), tonumber(args[a + 1])
+    local own_keys, own_args = {}, {}
+    for i = 1, nkeys do
+      own_keys[i] = keys[k + i]
+    end
+    for i = 1, nargs do
+      own_args[i] = args[a + 1 + i]
+    end
+    k, a = k + nkeys, a + 2 + nargs
+    local ok, reply = pcall(run, {}, own_keys, own_args, clock)
+    if not ok then
+      -- redis.call raises its error as a table with `err`; Lua's own as text.
+      if type(reply) ~= 'table' then
+        reply = redis.error_reply(tostring(reply))
+      end
+    end
+    out[c] = reply
+  end
+  return out
+end
+
 -- The entry points of a version of the arguments, with its `older`
 -- algorithms (see `run`).
 local function register(version, older)
   local function call(keys, args)
-    return run(older, keys, args)
+    return run(older, keys, args, server_time)
   end
   redis.register_function('tollgate_' .. version, call)
   -- The same entry point for peeks (a check of cost 0), declared read-only:
@@ -705,6 +749,7 @@ local function register(version, older)
 end
 
 register('v4', {})
+redis.register_function('tollgate_v4_fold', fold)
 -- The previous versions' names, for their clients during a rolling upgrade:
 -- their arguments are these (v2 without a deadline), their sliding log the
 -- two-set one on its own keys.

@@ -38,18 +38,19 @@ mod backend;
 mod conn;
 mod encoded;
 pub mod exact;
+mod fold;
 pub mod harness;
 mod keys;
 mod redact;
 mod script;
 
 pub use backend::{
-    RedisBackend, RedisConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX, DEFAULT_REPLAY_TTL,
-    DEFAULT_TIMEOUT,
+    RedisBackend, RedisConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_FOLD, DEFAULT_PREFIX,
+    DEFAULT_REPLAY_TTL, DEFAULT_TIMEOUT,
 };
 pub use conn::CLUSTER_SCHEME;
 pub use encoded::{encode_policy, EncodedPolicy};
 pub use keys::{KeySpace, MAX_KEY_BYTES};
 pub use redact::redact;
-pub use script::{eval_script, ScriptMode, FUNCTION, LIBRARY};
+pub use script::{eval_script, ScriptMode, FOLD_FUNCTION, FUNCTION, LIBRARY};
 pub use tollgate::Operation;
