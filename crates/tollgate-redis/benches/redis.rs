@@ -16,9 +16,13 @@
 //!    server process's CPU and this process's CPU per decision, next to
 //!    `redis-benchmark -c 64` sending the same `FCALL`, one at a time and
 //!    16 pipelined per connection (the ceilings one Redis sustains);
-//! 5. `folded` and `alone`: a fixed number of decisions from 64 callers
-//!    sharing one backend, for counting the client's instructions under
-//!    callgrind (`valgrind --tool=callgrind <bench binary> folded`).
+//! 5. `folded` and `alone` (`foldedhot` and `alonehot` on one hot key):
+//!    10,000 × SECONDS decisions from 64 callers sharing one backend,
+//!    folded or each alone, for counting instructions
+//!    under callgrind: the client's (`valgrind --tool=callgrind <bench
+//!    binary> folded`), or the server's (a `redis-server` on `PATH` that
+//!    runs the real one under callgrind; the section shuts the server down
+//!    so that callgrind writes its counts).
 //!
 //! `cargo bench -p tollgate-redis --bench redis [-- SECONDS] [SECTION...]`
 //! (default 2 s per throughput run, best of three interleaved runs; the
@@ -71,20 +75,25 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if wanted("cost") {
         cost_table(&server, &rt, seconds)?;
     }
-    for (section, fold) in [("folded", DEFAULT_FOLD), ("alone", 0)] {
+    let callgrind = [
+        ("folded", DEFAULT_FOLD, Keys::Many),
+        ("alone", 0, Keys::Many),
+        ("foldedhot", DEFAULT_FOLD, Keys::Hot),
+        ("alonehot", 0, Keys::Hot),
+    ];
+    for (section, fold, keys) in callgrind {
         if named(section) {
             let policy = Policy::new(Limit::new(Algorithm::Gcra, Quota::per_second(1_000_000)?));
-            let run = Run::Decisions(CALLGRIND_DECISIONS);
+            let run = Run::Decisions(10_000 * seconds);
             let (_, decisions, _, calls) =
-                rt.block_on(shared_throughput(&server, &policy, Keys::Many, fold, run))?;
+                rt.block_on(shared_throughput(&server, &policy, keys, fold, run))?;
             println!("{section}: {decisions} decisions in {calls} FCALLs (count the instructions with callgrind)");
+            // A server under callgrind writes its counts only on a clean exit.
+            let _ = server.cli(&["shutdown", "nosave"]);
         }
     }
     Ok(())
 }
-
-/// Decisions of the `folded` and `alone` sections.
-const CALLGRIND_DECISIONS: u64 = 20_000;
 
 /// Decisions per second at each concurrency, one connection per caller,
 /// next to the ceiling and rate-limiter-flexible.

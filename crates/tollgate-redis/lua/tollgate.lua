@@ -13,8 +13,9 @@ FCALL tollgate_v4 <nkeys> <keys...> <now_us> <ttl_floor_ms> <op> <amount> <n>
 FCALL_RO tollgate_v4_peek ... the same arguments, for a check of cost 0
 FCALL tollgate_v4_fold <nkeys> <every call's keys> <m>
       then per call: <its nkeys> <its number of arguments> <its arguments>
-      m calls of tollgate_v4 (server clock only) in one, run in order at one
-      TIME; returns their m replies (or errors) in order
+      m calls of tollgate_v4 in one, run in order at one TIME; returns
+      their m replies in order, each an error or its integers packed as
+      little-endian doubles in one string
 (`tollgate_v3`, `tollgate_v2` and their `_peek` twins, the names of the
 previous versions, stay so that their clients keep working during a rolling
 upgrade: v2 is v3 without the deadline, and both keep the sliding log of
@@ -705,7 +706,9 @@ end
 -- order at one reading of the server's clock: each decides exactly as if
 -- sent alone in that microsecond, and a call that fails (its deadline passed,
 -- a forced charge out of range, a key of another type) fails alone, its
--- error in its place of the reply.
+-- error in its place of the reply. A call's integers come packed as
+-- little-endian doubles in one string (exact below 2^53), which the server
+-- writes and the client reads in a fraction of the time of an array.
 local function fold(keys, args)
   local now
   local function clock()
@@ -724,13 +727,15 @@ local function fold(keys, args)
     end
     k, a = k + nkeys, a + 2 + nargs
     local ok, reply = pcall(run, {}, own_keys, own_args, clock)
-    if not ok then
+    if not ok and type(reply) ~= 'table' then
       -- redis.call raises its error as a table with `err`; Lua's own as text.
-      if type(reply) ~= 'table' then
-        reply = redis.error_reply(tostring(reply))
-      end
+      reply = redis.error_reply(tostring(reply))
     end
-    out[c] = reply
+    if reply.err then
+      out[c] = reply
+    else
+      out[c] = struct.pack('<' .. string.rep('d', #reply), unpack(reply))
+    end
   end
   return out
 end

@@ -381,9 +381,7 @@ impl RedisBackend {
                     .await?
             }
         };
-        let reply: Vec<i64> = redis::from_redis_value(reply)
-            .map_err(|e| BackendError::Store(format!("unexpected reply: {e}")))?;
-        to_lease(&reply, policy.policy().limits())
+        to_lease(&integers(reply)?, policy.policy().limits())
     }
 
     /// Runs a plain command on the node owning `key`, within the deadline.
@@ -716,6 +714,23 @@ fn classify(e: RedisError, deadline: Duration) -> BackendError {
         BackendError::Unavailable(e.to_string())
     } else {
         BackendError::Store(e.to_string())
+    }
+}
+
+/// The script's integers: an array from a call alone, packed as
+/// little-endian doubles in one string from a fold.
+fn integers(reply: Value) -> Result<Vec<i64>, BackendError> {
+    match reply {
+        Value::BulkString(packed) if packed.len() % 8 == 0 => Ok(packed
+            .chunks_exact(8)
+            .map(|d| {
+                let mut bytes = [0; 8];
+                bytes.copy_from_slice(d);
+                f64::from_le_bytes(bytes) as i64
+            })
+            .collect()),
+        reply => redis::from_redis_value(reply)
+            .map_err(|e| BackendError::Store(format!("unexpected reply: {e}"))),
     }
 }
 

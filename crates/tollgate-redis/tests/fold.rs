@@ -54,9 +54,14 @@ async fn raw(server: &RedisServer) -> MultiplexedConnection {
     client.get_multiplexed_async_connection().await.unwrap()
 }
 
-/// A reply as its integers, or its error's code.
+/// A reply as its integers (an array, or packed as little-endian doubles
+/// in a fold), or its error's code.
 fn outcome(reply: RedisResult<Value>) -> Result<Vec<i64>, String> {
     match reply.and_then(Value::extract_error) {
+        Ok(Value::BulkString(packed)) => Ok(packed
+            .chunks_exact(8)
+            .map(|d| f64::from_le_bytes(d.try_into().unwrap()) as i64)
+            .collect()),
         Ok(v) => Ok(redis::from_redis_value(v).unwrap()),
         Err(e) => Err(e.code().unwrap_or("?").to_string()),
     }
@@ -101,8 +106,11 @@ fn policies() -> [Policy; 2] {
     ]
 }
 
-/// Folds of calls: (policy, key, step in us, operation, amount).
-fn folds() -> impl Strategy<Value = Vec<Vec<(usize, usize, u64, &'static str, u64)>>> {
+/// A call of a fold: policy, key, step in us, operation, amount.
+type Step = (usize, usize, u64, &'static str, u64);
+
+/// Folds of calls.
+fn folds() -> impl Strategy<Value = Vec<Vec<Step>>> {
     let op = prop_oneof![
         6 => (Just("check"), 0u64..4),
         1 => (Just("refund"), 1u64..3),
