@@ -11,11 +11,13 @@ FCALL tollgate_v4 <nkeys> <keys...> <now_us> <ttl_floor_ms> <op> <amount> <n>
       then per limit: <algorithm> <cap> <x> <y> <max>
       then, optionally: <deadline_us>
 FCALL_RO tollgate_v4_peek ... the same arguments, for a check of cost 0
-FCALL tollgate_v4_fold <nkeys> <every call's keys> <m>
-      then per call: <its nkeys> <its number of arguments> <its arguments>
-      m calls of tollgate_v4 in one, run in order at one TIME; returns
-      their m replies in order, each an error or its integers packed as
-      little-endian doubles in one string
+FCALL tollgate_v4_fold <nkeys> <every call's keys>
+      <p> then per policy: <n> then per limit <algorithm> <cap> <x> <y> <max>
+      <m> then per call: <its nkeys> <its policy, 1 to p> <now_us>
+                         <ttl_floor_ms> <op> <amount> <deadline_us>
+      m calls of tollgate_v4 in one, each policy sent and read once, run in
+      order at one TIME; returns their m replies in order, each an error or
+      its integers packed as little-endian doubles in one string
 (`tollgate_v3`, `tollgate_v2` and their `_peek` twins, the names of the
 previous versions, stay so that their clients keep working during a rolling
 upgrade: v2 is v3 without the deadline, and both keep the sliding log of
@@ -620,37 +622,47 @@ local function server_time()
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
--- One call on all limits of a policy, atomically: every limit is charged (or
--- changed) or none is. `older` holds the algorithms the caller's version
--- decides differently (by name), over `algorithms`; `clock` gives the
--- server's time when the call brings none.
-local function run(older, keys, args, clock)
-  local now = tonumber(args[1])
-  local floor, op, amount, n = tonumber(args[2]), args[3], tonumber(args[4]), tonumber(args[5])
+-- A policy's limits from its arguments from `at` on (<n>, then per limit
+-- <algorithm> <cap> <x> <y> <max>): per limit its algorithm (`older` holds
+-- those the caller's version decides differently, by name, over
+-- `algorithms`), its name, its first key `i` and its numbers `p`; or an
+-- error reply.
+local function limits_of(older, args, at)
+  local limits, k = {}, 1
+  for l = 0, tonumber(args[at]) - 1 do
+    local a = at + 1 + 5 * l
+    local alg = older[args[a]] or algorithms[args[a]]
+    if not alg then
+      return redis.error_reply('tollgate: unknown algorithm ' .. tostring(args[a]))
+    end
+    local p = {
+      cap = tonumber(args[a + 1]), x = tonumber(args[a + 2]),
+      y = tonumber(args[a + 3]), max = tonumber(args[a + 4]),
+    }
+    limits[l + 1] = { alg = alg, name = args[a], i = k, p = p }
+    k = k + alg.keys
+  end
+  return limits
+end
+
+-- One call on all `limits` of a policy, atomically: every limit is charged
+-- (or changed) or none is. `now` is the request time, or nil for the
+-- server's (`clock()`), checked against `deadline`.
+local function decide(limits, keys, now, floor, op, amount, deadline, clock)
   if not now then
     now = clock()
-    local deadline = tonumber(args[6 + 5 * n])
     if deadline and now > deadline then
       return redis.error_reply('TOLLGATE_LATE the call ran ' .. int(now - deadline)
         .. 'us past its deadline, when its caller had given up; nothing was charged')
     end
   end
-  local limits, k = {}, 1
-  for l = 0, n - 1 do
-    local at = 6 + 5 * l
-    local alg = older[args[at]] or algorithms[args[at]]
-    if not alg then
-      return redis.error_reply('tollgate: unknown algorithm ' .. tostring(args[at]))
+  if limits.err then
+    return limits
+  end
+  for _, l in ipairs(limits) do
+    if #keys < l.i + l.alg.keys - 1 then
+      return redis.error_reply('tollgate: too few keys for ' .. l.name)
     end
-    if #keys < k + alg.keys - 1 then
-      return redis.error_reply('tollgate: too few keys for ' .. args[at])
-    end
-    local p = {
-      cap = tonumber(args[at + 1]), x = tonumber(args[at + 2]),
-      y = tonumber(args[at + 3]), max = tonumber(args[at + 4]),
-    }
-    limits[l + 1] = { alg = alg, i = k, p = p }
-    k = k + alg.keys
   end
   local charged = 0
   if op == 'refund' or op == 'force' then
@@ -659,7 +671,7 @@ local function run(older, keys, args, clock)
       changed[j] = l.alg.change(l.alg.read(keys, l.i, l.p, now), l.p, op, amount)
       if not changed[j] then
         return redis.error_reply('TOLLGATE_RANGE a forced charge of ' .. int(amount)
-          .. ' on ' .. args[6 + 5 * (j - 1)] .. ' would take the key past ' .. int(l.p.max)
+          .. ' on ' .. l.name .. ' would take the key past ' .. int(l.p.max)
           .. ' units, where the script stops being exact; nothing was charged')
       end
     end
@@ -702,6 +714,13 @@ local function run(older, keys, args, clock)
   return reply
 end
 
+-- One call of `tollgate_v4` (see the head of the file).
+local function run(older, keys, args, clock)
+  local limits = limits_of(older, args, 5)
+  local deadline = tonumber(args[6 + 5 * tonumber(args[5])])
+  return decide(limits, keys, tonumber(args[1]), tonumber(args[2]), args[3], tonumber(args[4]), deadline, clock)
+end
+
 -- Several calls of `tollgate_v4` in one (see the head of the file), run in
 -- order at one reading of the server's clock: each decides exactly as if
 -- sent alone in that microsecond, and a call that fails (its deadline passed,
@@ -715,18 +734,22 @@ local function fold(keys, args)
     now = now or server_time()
     return now
   end
-  local out, k, a = {}, 0, 2
-  for c = 1, tonumber(args[1]) do
-    local nkeys, nargs = tonumber(args[a]), tonumber(args[a + 1])
-    local own_keys, own_args = {}, {}
+  local policies, a = {}, 2
+  for p = 1, tonumber(args[1]) do
+    policies[p] = limits_of({}, args, a)
+    a = a + 1 + 5 * tonumber(args[a])
+  end
+  local out, k = {}, 0
+  for c = 1, tonumber(args[a]) do
+    local b = a + 7 * c - 6
+    local nkeys, limits = tonumber(args[b]), policies[tonumber(args[b + 1])]
+    local own_keys = {}
     for i = 1, nkeys do
       own_keys[i] = keys[k + i]
     end
-    for i = 1, nargs do
-      own_args[i] = args[a + 1 + i]
-    end
-    k, a = k + nkeys, a + 2 + nargs
-    local ok, reply = pcall(run, {}, own_keys, own_args, clock)
+    k = k + nkeys
+    local ok, reply = pcall(decide, limits, own_keys, tonumber(args[b + 2]), tonumber(args[b + 3]),
+      args[b + 4], tonumber(args[b + 5]), tonumber(args[b + 6]), clock)
     if not ok and type(reply) ~= 'table' then
       -- redis.call raises its error as a table with `err`; Lua's own as text.
       reply = redis.error_reply(tostring(reply))

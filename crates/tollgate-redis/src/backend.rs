@@ -246,21 +246,23 @@ pub(crate) struct Call {
 }
 
 impl Call {
-    /// How many arguments [`Call::push_args`] writes.
-    fn arg_count(&self) -> usize {
-        4 + self.policy.args().len() + usize::from(self.deadline_us.is_some())
-    }
-
     /// The script's arguments after the keys (see the library).
     fn push_args(&self, cmd: &mut Cmd) {
+        self.push_operation(cmd);
+        cmd.arg(self.policy.args());
+        if let Some(deadline) = self.deadline_us {
+            cmd.arg(deadline);
+        }
+    }
+
+    /// The arguments before the policy's: the time, the least TTL, the
+    /// operation and its amount.
+    fn push_operation(&self, cmd: &mut Cmd) {
         match self.replay {
             Some((now_us, ttl_ms)) => cmd.arg(now_us).arg(ttl_ms),
             None => cmd.arg("").arg(0),
         };
-        cmd.arg(self.op).arg(self.amount).arg(self.policy.args());
-        if let Some(deadline) = self.deadline_us {
-            cmd.arg(deadline);
-        }
+        cmd.arg(self.op).arg(self.amount);
     }
 }
 
@@ -486,19 +488,42 @@ impl Runner {
     }
 }
 
-/// `FCALL` of the fold function with every call's keys and arguments.
+/// `FCALL` of the fold function: every call's keys, each distinct policy
+/// once (a fold's calls mostly share one, which the script then reads
+/// once), and each call's operation and deadline.
 fn fold_command(calls: &[Call]) -> Cmd {
+    let mut policies: Vec<&Arc<EncodedPolicy>> = Vec::with_capacity(1);
+    let of_call: Vec<usize> = calls
+        .iter()
+        .map(
+            |c| match policies.iter().position(|p| Arc::ptr_eq(p, &c.policy)) {
+                Some(i) => i + 1,
+                None => {
+                    policies.push(&c.policy);
+                    policies.len()
+                }
+            },
+        )
+        .collect();
     let keys: usize = calls.iter().map(|c| c.keys.len()).sum();
-    let args: usize = calls.iter().map(|c| 2 + c.arg_count()).sum();
-    let mut cmd = Cmd::with_capacity(4 + keys + args, 128 * calls.len());
+    let args: usize = policies.iter().map(|p| p.args().len()).sum();
+    let mut cmd = Cmd::with_capacity(5 + keys + args + 7 * calls.len(), 96 * calls.len());
     cmd.arg("FCALL").arg(script::FOLD_FUNCTION).arg(keys);
     for call in calls {
         cmd.arg(&call.keys);
     }
+    cmd.arg(policies.len());
+    for policy in policies {
+        cmd.arg(policy.args());
+    }
     cmd.arg(calls.len());
-    for call in calls {
-        cmd.arg(call.keys.len()).arg(call.arg_count());
-        call.push_args(&mut cmd);
+    for (call, policy) in calls.iter().zip(of_call) {
+        cmd.arg(call.keys.len()).arg(policy);
+        call.push_operation(&mut cmd);
+        match call.deadline_us {
+            Some(deadline) => cmd.arg(deadline),
+            None => cmd.arg(""),
+        };
     }
     cmd
 }

@@ -76,15 +76,27 @@ async fn alone(conn: &mut MultiplexedConnection, call: &Call) -> Result<Vec<i64>
     outcome(conn.req_packed_command(&cmd).await)
 }
 
+/// The calls as one fold, each call's policy sent once for all calls with
+/// the same arguments.
 async fn folded(conn: &mut MultiplexedConnection, calls: &[Call]) -> Vec<Result<Vec<i64>, String>> {
     let mut cmd: Cmd = redis::cmd("FCALL");
     let keys: Vec<&String> = calls.iter().flat_map(|c| &c.keys).collect();
-    cmd.arg(FOLD_FUNCTION)
-        .arg(keys.len())
-        .arg(keys)
-        .arg(calls.len());
+    cmd.arg(FOLD_FUNCTION).arg(keys.len()).arg(keys);
+    // A call's arguments: 4 of its operation, its policy's, then maybe a deadline.
+    let limits = |c: &Call| c.args[4].parse::<usize>().unwrap();
+    let policy = |c: &Call| c.args[4..5 + 5 * limits(c)].to_vec();
+    let mut policies: Vec<Vec<String>> = vec![];
     for c in calls {
-        cmd.arg(c.keys.len()).arg(c.args.len()).arg(&c.args);
+        if !policies.contains(&policy(c)) {
+            policies.push(policy(c));
+        }
+    }
+    cmd.arg(policies.len()).arg(&policies).arg(calls.len());
+    for c in calls {
+        let index = policies.iter().position(|p| *p == policy(c)).unwrap() + 1;
+        let deadline = c.args.get(5 + 5 * limits(c));
+        cmd.arg(c.keys.len()).arg(index).arg(&c.args[..4]);
+        cmd.arg(deadline.map_or("", String::as_str));
     }
     match conn.req_packed_command(&cmd).await.unwrap() {
         Value::Array(replies) => replies.into_iter().map(|r| outcome(Ok(r))).collect(),
