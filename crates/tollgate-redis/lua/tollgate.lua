@@ -94,10 +94,22 @@ local function int(x)
   return string.format('%d', x)
 end
 
+-- Within a fold, the packed states its calls read and wrote, by key (false
+-- for none), and the TTLs of their last writes: each key is read once and
+-- written once, at the end, as the calls one after another would have left
+-- it. nil outside a fold.
+local held, held_ttl = nil, nil
+
 -- A key's state is a few integers packed as doubles (exact, and cheaper to
 -- read and write than decimal text); nil for a fresh key.
 local function load(key, layout)
-  local v = redis.call('GET', key)
+  local v = held and held[key]
+  if v == nil then
+    v = redis.call('GET', key)
+    if held then
+      held[key] = v
+    end
+  end
   if not v then
     return nil
   end
@@ -110,7 +122,12 @@ local function ttl_ms(reset_us, floor_ms)
 end
 
 local function save(key, layout, reset_us, floor_ms, ...)
-  redis.call('SET', key, struct.pack(layout, ...), 'PX', ttl_ms(reset_us, floor_ms))
+  local v, ttl = struct.pack(layout, ...), ttl_ms(reset_us, floor_ms)
+  if held then
+    held[key], held_ttl[key] = v, ttl
+  else
+    redis.call('SET', key, v, 'PX', ttl)
+  end
 end
 
 -- Gives `alg` (a table of read, judge and change, see below) the `write`
@@ -729,6 +746,7 @@ end
 -- little-endian doubles in one string (exact below 2^53), which the server
 -- writes and the client reads in a fraction of the time of an array.
 local function fold(keys, args)
+  held, held_ttl = {}, {}
   local now
   local function clock()
     now = now or server_time()
@@ -760,6 +778,10 @@ local function fold(keys, args)
       out[c] = struct.pack('<' .. string.rep('d', #reply), unpack(reply))
     end
   end
+  for key, ttl in pairs(held_ttl) do
+    redis.call('SET', key, held[key], 'PX', ttl)
+  end
+  held, held_ttl = nil, nil
   return out
 end
 
@@ -767,6 +789,7 @@ end
 -- algorithms (see `run`).
 local function register(version, older)
   local function call(keys, args)
+    held, held_ttl = nil, nil -- in case a fold failed before it was done
     return run(older, keys, args, server_time)
   end
   redis.register_function('tollgate_' .. version, call)

@@ -221,6 +221,14 @@ async fn a_fold_reads_the_server_clock_once_and_fails_call_by_call() {
             assert_eq!(reply[2..], [0, 0, 200_000, 1_000_000, 0], "request {k}");
         }
     }
+    // Written once at the end of the fold, with the TTL of its last charge.
+    let ttl: i64 = server
+        .cli(&["pttl", &keys[0]])
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!((900..=1000).contains(&ttl), "PTTL {ttl}");
 }
 
 /// FCALLs the server ran since its statistics were reset.
