@@ -7,7 +7,9 @@
 //! reads the server's clock (`TIME`), applies every limit of a policy
 //! atomically, and sets a TTL equal to `reset_after` on each key it
 //! charges, so idle keys vanish. A library lost to a restart or failover is
-//! reloaded on the spot.
+//! reloaded on the spot. On one server, decisions made while two calls are
+//! in flight leave together as one call of the script, which decides each
+//! as if sent alone ([`RedisConfig::fold`]).
 //!
 //! Decisions are those of `tollgate-core`: the same `allowed` and
 //! `remaining`, and durations equal to the core's rounded up to the
