@@ -10,14 +10,24 @@
 //!    ioredis;
 //! 3. latency per decision at low load (one caller), next to a bare `PING`;
 //! 4. what a decision costs with 64 callers sharing one backend (one
-//!    multiplexed connection), over 10,000 keys and on one hot key: the
-//!    server's time per `FCALL` (`INFO commandstats`), the server process's
-//!    CPU and this process's CPU per decision, next to `redis-benchmark -c
-//!    64` sending the same `FCALL` (the ceiling one Redis sustains).
+//!    multiplexed connection), its decisions folded (the default) or each
+//!    sent alone, over 10,000 keys and on one hot key: `FCALL`s per
+//!    decision and the server's time in them (`INFO commandstats`), the
+//!    server process's CPU and this process's CPU per decision, next to
+//!    `redis-benchmark -c 64` sending the same `FCALL`, one at a time and
+//!    16 pipelined per connection (the ceilings one Redis sustains);
+//! 5. `folded` and `alone` (`foldedhot` and `alonehot` on one hot key):
+//!    10,000 × SECONDS decisions from 64 callers sharing one backend,
+//!    folded or each alone, for counting instructions
+//!    under callgrind: the client's (`valgrind --tool=callgrind <bench
+//!    binary> folded`), or the server's (a `redis-server` on `PATH` that
+//!    runs the real one under callgrind; the section shuts the server down
+//!    so that callgrind writes its counts).
 //!
 //! `cargo bench -p tollgate-redis --bench redis [-- SECONDS] [SECTION...]`
 //! (default 2 s per throughput run, best of three interleaved runs; the
-//! sections `memory`, `throughput`, `latency`, `cost`, default all). Not criterion: what
+//! sections `memory`, `throughput`, `latency`, `cost`, default all; `folded`
+//! and `alone` only when named). Not criterion: what
 //! matters here is throughput under concurrency against outside tools, which
 //! criterion does not model.
 
@@ -28,7 +38,7 @@ use std::time::{Duration, Instant};
 use redis::aio::ConnectionManager;
 use tollgate::{Algorithm, Backend, BackendExt, Limit, Policy, Quota};
 use tollgate_redis::harness::RedisServer;
-use tollgate_redis::{RedisBackend, RedisConfig};
+use tollgate_redis::{RedisBackend, RedisConfig, DEFAULT_FOLD};
 
 /// Distinct keys the throughput runs spread over.
 const KEYS: u64 = 10_000;
@@ -45,7 +55,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .skip(1)
         .filter(|a| a.chars().all(|c| c.is_ascii_lowercase()))
         .collect();
-    let wanted = |name: &str| sections.is_empty() || sections.iter().any(|s| s == name);
+    let named = |name: &str| sections.iter().any(|s| s == name);
+    let wanted = |name: &str| sections.is_empty() || named(name);
     let server = RedisServer::start()?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -63,6 +74,23 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     if wanted("cost") {
         cost_table(&server, &rt, seconds)?;
+    }
+    let callgrind = [
+        ("folded", DEFAULT_FOLD, Keys::Many),
+        ("alone", 0, Keys::Many),
+        ("foldedhot", DEFAULT_FOLD, Keys::Hot),
+        ("alonehot", 0, Keys::Hot),
+    ];
+    for (section, fold, keys) in callgrind {
+        if named(section) {
+            let policy = Policy::new(Limit::new(Algorithm::Gcra, Quota::per_second(1_000_000)?));
+            let run = Run::Decisions(10_000 * seconds);
+            let (_, decisions, _, calls) =
+                rt.block_on(shared_throughput(&server, &policy, keys, fold, run))?;
+            println!("{section}: {decisions} decisions in {calls} FCALLs (count the instructions with callgrind)");
+            // A server under callgrind writes its counts only on a clean exit.
+            let _ = server.cli(&["shutdown", "nosave"]);
+        }
     }
     Ok(())
 }
@@ -192,7 +220,7 @@ fn redis_benchmark(
     // About `seconds` worth at the rate a decision allows.
     let requests = 20_000 * seconds * callers.min(4) as u64;
     let limit = Limit::new(Algorithm::Gcra, Quota::per_minute(1000)?);
-    redis_benchmark_fcall(server, &limit, Keys::Many, callers, requests)
+    redis_benchmark_fcall(server, &limit, Keys::Many, callers, 1, requests)
 }
 
 /// The keys decisions go to.
@@ -206,12 +234,14 @@ enum Keys {
 
 /// `redis-benchmark` sending `requests` `FCALL`s of a check of cost 1 under
 /// `limit` (its arguments as the backend sends them, without a deadline)
-/// over `callers` connections; its requests per second.
+/// over `callers` connections, `pipeline` at a time on each; its requests
+/// per second.
 fn redis_benchmark_fcall(
     server: &RedisServer,
     limit: &Limit,
     keys: Keys,
     callers: usize,
+    pipeline: usize,
     requests: u64,
 ) -> Result<f64, Box<dyn std::error::Error>> {
     let e = tollgate_redis::exact::encode(limit)?;
@@ -231,6 +261,7 @@ fn redis_benchmark_fcall(
     let out = Command::new("redis-benchmark")
         .args(["-h", "127.0.0.1", "-p", &server.port().to_string()])
         .args(["-c", &callers.to_string(), "-n", &requests.to_string()])
+        .args(["-P", &pipeline.to_string()])
         .args(["-r", &KEYS.to_string(), "-q", "--csv"])
         .args(["FCALL", tollgate_redis::FUNCTION, "1", &key, "", "0"])
         .args(["check", "1", "1", e.algorithm])
@@ -303,18 +334,25 @@ async fn latency(server: &RedisServer, policy: &Policy) -> Result<(), Box<dyn st
 /// Callers of the cost table, sharing one backend.
 const COST_CALLERS: usize = 64;
 
-/// What one run cost: decisions per second, the server's time per `FCALL`
-/// (`INFO commandstats`), and CPU microseconds per decision of the server
-/// process and of this process (0 for `redis-benchmark`, another process).
+/// What one run cost: decisions per second, `FCALL`s per decision and the
+/// server's time in them per decision (`INFO commandstats`), and CPU
+/// microseconds per decision of the server process and of this process (0
+/// for `redis-benchmark`, another process).
 struct Cost {
     rate: f64,
+    fcalls: f64,
     fcall_us: f64,
     server_us: f64,
     client_us: f64,
 }
 
-/// The cost table: tollgate and `redis-benchmark`, over many keys and one
-/// hot key, interleaved rounds, the median of each cell's rounds.
+/// What a run reports: decisions per second, decisions, this process's CPU
+/// seconds, and `FCALL`s sent (as far as this process knows).
+type Report = (f64, u64, f64, u64);
+
+/// The cost table: tollgate (folded and alone) and `redis-benchmark`, over
+/// many keys and one hot key, interleaved rounds, the median of each
+/// cell's rounds.
 fn cost_table(
     server: &RedisServer,
     rt: &tokio::runtime::Runtime,
@@ -323,39 +361,45 @@ fn cost_table(
     // High enough never to refuse: every decision writes.
     let limit = Limit::new(Algorithm::Gcra, Quota::per_second(1_000_000)?);
     let policy = Policy::new(limit);
-    let run = Duration::from_secs(seconds);
+    let run = Run::For(Duration::from_secs(seconds));
     println!(
         "\n## Cost of a decision ({COST_CALLERS} callers, GCRA 10^6/s never refusing, \
          median of {ROUNDS} interleaved runs of {seconds} s, load average {})\n",
         load_average()
     );
-    println!("| keys | client | decisions/s | server us per FCALL | server CPU us per decision | client CPU us per decision |");
-    println!("|---|---|---:|---:|---:|---:|");
+    println!("| keys | client | decisions/s | FCALLs per decision | server us in FCALL per decision | server CPU us per decision | client CPU us per decision |");
+    println!("|---|---|---:|---:|---:|---:|---:|");
     for keys in [Keys::Many, Keys::Hot] {
-        let (mut ours, mut theirs) = (Vec::new(), Vec::new());
-        for _ in 0..ROUNDS {
-            ours.push(measure(server, || {
-                rt.block_on(shared_throughput(server, &policy, keys, run))
-            })?);
-            let requests = 25_000 * seconds;
-            theirs.push(measure(server, || {
-                redis_benchmark_fcall(server, &limit, keys, COST_CALLERS, requests)
-                    .map(|rps| (rps, requests, 0.0))
-            })?);
-        }
-        let rows = [
-            ("tollgate-redis `check`, policy prepared once", ours),
-            ("redis-benchmark", theirs),
+        let mut rows: [(&str, Vec<Cost>); 4] = [
+            ("tollgate-redis `check`, folded (default)", vec![]),
+            ("tollgate-redis `check`, each alone (`fold(0)`)", vec![]),
+            ("redis-benchmark -c 64", vec![]),
+            ("redis-benchmark -c 64 -P 16", vec![]),
         ];
+        for _ in 0..ROUNDS {
+            for (fold, row) in [(DEFAULT_FOLD, 0), (0, 1)] {
+                rows[row].1.push(measure(server, || {
+                    rt.block_on(shared_throughput(server, &policy, keys, fold, run))
+                })?);
+            }
+            for (pipeline, row) in [(1, 2), (16, 3)] {
+                let requests = 25_000 * seconds * pipeline.min(4) as u64;
+                rows[row].1.push(measure(server, || {
+                    redis_benchmark_fcall(server, &limit, keys, COST_CALLERS, pipeline, requests)
+                        .map(|rps| (rps, requests, 0.0, requests))
+                })?);
+            }
+        }
         for (name, runs) in rows {
             let c = median(runs);
             println!(
-                "| {} | {name} | {:.0} | {:.2} | {:.2} | {:.2} |",
+                "| {} | {name} | {:.0} | {:.3} | {:.2} | {:.2} | {:.2} |",
                 match keys {
                     Keys::Many => "10,000",
                     Keys::Hot => "1 (hot)",
                 },
                 c.rate,
+                c.fcalls,
                 c.fcall_us,
                 c.server_us,
                 c.client_us
@@ -365,30 +409,31 @@ fn cost_table(
     Ok(())
 }
 
-/// Runs `work` (which returns its decisions per second, its decisions and
-/// this process's CPU seconds) between readings of the server's counters.
+/// Runs `work` between readings of the server's counters.
 fn measure(
     server: &RedisServer,
-    work: impl FnOnce() -> Result<(f64, u64, f64), Box<dyn std::error::Error>>,
+    work: impl FnOnce() -> Result<Report, Box<dyn std::error::Error>>,
 ) -> Result<Cost, Box<dyn std::error::Error>> {
     server.cli(&["config", "resetstat"])?;
     let cpu_before = server_cpu(server)?;
-    let (rate, decisions, client_s) = work()?;
+    let (rate, decisions, client_s, _) = work()?;
     let server_s = server_cpu(server)? - cpu_before;
     let stats = server.cli(&["info", "commandstats"])?;
-    let fcall_us = stats
-        .lines()
-        .find(|l| l.starts_with("cmdstat_fcall:"))
-        .and_then(|l| l.split("usec_per_call=").nth(1))
-        .and_then(|v| v.split(',').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0.0);
-    let per = |s: f64| s * 1e6 / decisions.max(1) as f64;
+    let fcall = |field: &str| {
+        stats
+            .lines()
+            .find_map(|l| l.strip_prefix("cmdstat_fcall:"))
+            .and_then(|l| l.split(',').find_map(|f| f.strip_prefix(field)))
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    let per = |x: f64| x / decisions.max(1) as f64;
     Ok(Cost {
         rate,
-        fcall_us,
-        server_us: per(server_s),
-        client_us: per(client_s),
+        fcalls: per(fcall("calls=")),
+        fcall_us: per(fcall("usec=")),
+        server_us: per(server_s * 1e6),
+        client_us: per(client_s * 1e6),
     })
 }
 
@@ -426,19 +471,30 @@ fn median(mut runs: Vec<Cost>) -> Cost {
     runs.swap_remove(runs.len() / 2)
 }
 
+/// How long a run lasts.
+#[derive(Clone, Copy)]
+enum Run {
+    /// As many decisions as fit in this time.
+    For(Duration),
+    /// This many decisions, whatever the time (under callgrind).
+    Decisions(u64),
+}
+
 /// [`COST_CALLERS`] tasks sharing one backend (one multiplexed connection,
 /// which pipelines their concurrent calls), as an application's tasks
-/// would, with the policy prepared once: decisions per second, decisions,
-/// and this process's CPU seconds.
+/// would, with the policy prepared once and at most `fold` decisions per
+/// `FCALL`.
 async fn shared_throughput(
     server: &RedisServer,
     policy: &Policy,
     keys: Keys,
-    run: Duration,
-) -> Result<(f64, u64, f64), Box<dyn std::error::Error>> {
+    fold: usize,
+    run: Run,
+) -> Result<Report, Box<dyn std::error::Error>> {
     let backend = RedisConfig::new(server.url())
         .prefix("tp:")
         .timeout(Duration::from_secs(1))
+        .fold(fold)
         .connect()
         .await?;
     let policy = backend.prepare(policy)?;
@@ -448,16 +504,29 @@ async fn shared_throughput(
         Keys::Many => (0..KEYS).map(|k| format!("k{k}")).collect(),
         Keys::Hot => vec!["hot".into()],
     });
+    let fcalls_before = fcalls(server)?;
     let cpu = process_cpu();
     let start = Instant::now();
+    let left = Arc::new(std::sync::atomic::AtomicU64::new(match run {
+        Run::For(_) => u64::MAX,
+        Run::Decisions(n) => n,
+    }));
+    let more = move || match run {
+        Run::For(time) => start.elapsed() < time,
+        Run::Decisions(_) => {
+            use std::sync::atomic::Ordering::Relaxed;
+            left.fetch_update(Relaxed, Relaxed, |n| n.checked_sub(1))
+                .is_ok()
+        }
+    };
     let tasks: Vec<_> = (0..COST_CALLERS)
         .map(|i| {
-            let (backend, policy, names) = (backend.clone(), policy.clone(), names.clone());
-
+            let (backend, policy, names, more) =
+                (backend.clone(), policy.clone(), names.clone(), more.clone());
             tokio::spawn(async move {
                 let mut decisions = 0u64;
                 let mut rng = 0x9e37_79b9_7f4a_7c15u64 ^ i as u64;
-                while start.elapsed() < run {
+                while more() {
                     rng ^= rng << 13;
                     rng ^= rng >> 7;
                     rng ^= rng << 17;
@@ -474,5 +543,18 @@ async fn shared_throughput(
         decisions += task.await??;
     }
     let elapsed = start.elapsed().as_secs_f64();
-    Ok((decisions as f64 / elapsed, decisions, process_cpu() - cpu))
+    let cpu = process_cpu() - cpu;
+    let calls = fcalls(server)? - fcalls_before;
+    Ok((decisions as f64 / elapsed, decisions, cpu, calls))
+}
+
+/// `FCALL`s the server has run since its statistics were last reset.
+fn fcalls(server: &RedisServer) -> Result<u64, Box<dyn std::error::Error>> {
+    let stats = server.cli(&["info", "commandstats"])?;
+    Ok(stats
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_fcall:calls="))
+        .and_then(|v| v.split(',').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0))
 }

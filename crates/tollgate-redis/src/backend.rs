@@ -12,6 +12,7 @@ use tollgate_core::{Decision, Lease, Limit, RetryAfter};
 use crate::conn::Conn;
 use crate::encoded::{encode, encode_policy, key_suffixes, redis_keys, EncodedPolicy};
 use crate::exact::{MAX_EXACT, MAX_TIME_US};
+use crate::fold::Folder;
 use crate::keys::KeySpace;
 use crate::redact::redact;
 use crate::script::{self, ScriptMode};
@@ -25,6 +26,13 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Default key prefix.
 pub const DEFAULT_PREFIX: &str = "tollgate:";
+
+/// Default most decisions per fold ([`RedisConfig::fold`]).
+pub const DEFAULT_FOLD: usize = 32;
+
+/// Folds in flight at once: while fewer fly, a decision is sent at once.
+/// Two keep the server busy while the client splits one fold's replies.
+const FLIGHTS: usize = 2;
 
 /// Default least TTL of keys charged by [`RedisBackend::check_at`]: replayed
 /// times are not the server's clock, so `reset_after` cannot be their TTL.
@@ -41,6 +49,7 @@ pub struct RedisConfig {
     mode: ScriptMode,
     replay_ttl: Duration,
     root_certificates: Option<Vec<u8>>,
+    fold: usize,
 }
 
 impl std::fmt::Debug for RedisConfig {
@@ -53,6 +62,7 @@ impl std::fmt::Debug for RedisConfig {
             .field("mode", &self.mode)
             .field("replay_ttl", &self.replay_ttl)
             .field("root_certificates", &self.root_certificates.is_some())
+            .field("fold", &self.fold)
             .finish()
     }
 }
@@ -73,7 +83,24 @@ impl RedisConfig {
             mode: ScriptMode::Auto,
             replay_ttl: DEFAULT_REPLAY_TTL,
             root_certificates: None,
+            fold: DEFAULT_FOLD,
         }
+    }
+
+    /// Most decisions folded into one call of the script (default
+    /// [`DEFAULT_FOLD`]; 0 or 1 sends each alone). Decisions made while two
+    /// calls are already in flight on the connection wait for one to land
+    /// and then leave together as one `FCALL`, which reads the server's
+    /// clock once and decides each in arrival order exactly as if sent
+    /// alone at that time: the server's cost per call (the function call,
+    /// `TIME`, the command's bookkeeping) is paid once per fold. A decision
+    /// made while fewer are in flight is sent at once. Only on one server
+    /// with Functions, and only on the server's clock: a cluster (a call
+    /// may touch one slot only), `EVALSHA`, peeks and replays send each
+    /// decision alone.
+    pub fn fold(mut self, max: usize) -> Self {
+        self.fold = max;
+        self
     }
 
     /// For `rediss://`: trusts the certificate authorities in `pem` (one or
@@ -145,14 +172,21 @@ impl RedisConfig {
         let mut probe = conn.clone();
         let measured = clock.measure(&mut probe, &self.prefix);
         let _ = tokio::time::timeout(self.timeout, measured).await;
+        let folder = match conn {
+            Conn::Single(_) if self.fold > 1 => Some(Folder::new(self.fold, FLIGHTS)),
+            _ => None,
+        };
         Ok(RedisBackend {
-            conn,
+            runner: Runner {
+                conn,
+                mode: self.mode,
+                eval: Arc::new(AtomicBool::new(self.mode == ScriptMode::Eval)),
+            },
             clock,
             keys,
-            mode: self.mode,
-            eval: Arc::new(AtomicBool::new(self.mode == ScriptMode::Eval)),
             timeout: self.timeout,
             replay_ttl_ms: u64::try_from(self.replay_ttl.as_millis()).unwrap_or(u64::MAX),
+            folder,
         })
     }
 }
@@ -175,17 +209,61 @@ impl RedisConfig {
 /// forced charge that would take the key past that range) or `InvalidKey`.
 #[derive(Clone)]
 pub struct RedisBackend {
-    conn: Conn,
+    runner: Runner,
     /// Where the server's clock is, for the deadline each call carries.
     clock: Arc<ServerClock>,
     keys: KeySpace,
+    timeout: Duration,
+    replay_ttl_ms: u64,
+    /// The decisions waiting to be folded into one call, shared by the
+    /// clones; `None` when each is sent alone.
+    folder: Option<Arc<Folder<Call, RedisResult<Value>>>>,
+}
+
+/// What sending the script needs, owned so that a fold in flight can
+/// outlive the caller that sent it (its other callers wait for it).
+#[derive(Clone)]
+struct Runner {
+    conn: Conn,
     mode: ScriptMode,
     /// Whether calls go through `EVALSHA`: from the start in
     /// [`ScriptMode::Eval`], from the first server without Functions in
     /// [`ScriptMode::Auto`]; shared by the clones.
     eval: Arc<AtomicBool>,
-    timeout: Duration,
-    replay_ttl_ms: u64,
+}
+
+/// One call of the script, ready to be sent alone or in a fold.
+pub(crate) struct Call {
+    keys: Vec<String>,
+    /// The caller's time and the least TTL of a replay; `None` for the
+    /// server's clock.
+    replay: Option<(u64, u64)>,
+    op: &'static str,
+    amount: u64,
+    policy: Arc<EncodedPolicy>,
+    /// The call's deadline on the server's clock (with the server's clock).
+    deadline_us: Option<u64>,
+}
+
+impl Call {
+    /// The script's arguments after the keys (see the library).
+    fn push_args(&self, cmd: &mut Cmd) {
+        self.push_operation(cmd);
+        cmd.arg(self.policy.args());
+        if let Some(deadline) = self.deadline_us {
+            cmd.arg(deadline);
+        }
+    }
+
+    /// The arguments before the policy's: the time, the least TTL, the
+    /// operation and its amount.
+    fn push_operation(&self, cmd: &mut Cmd) {
+        match self.replay {
+            Some((now_us, ttl_ms)) => cmd.arg(now_us).arg(ttl_ms),
+            None => cmd.arg("").arg(0),
+        };
+        cmd.arg(self.op).arg(self.amount);
+    }
 }
 
 impl RedisBackend {
@@ -206,7 +284,7 @@ impl RedisBackend {
     /// In [`ScriptMode::Auto`], Functions until a server turns out not to
     /// have them.
     pub fn uses_functions(&self) -> bool {
-        !self.eval.load(Ordering::Relaxed)
+        !self.runner.eval.load(Ordering::Relaxed)
     }
 
     /// The Redis keys holding `key`'s state under `policy` (any bytes; the
@@ -253,7 +331,7 @@ impl RedisBackend {
                  ({MAX_TIME_US}us, about the year 2112 on the Unix clock)"
             )));
         }
-        let policy = encode_policy(policy)?;
+        let policy = Arc::new(encode_policy(policy)?);
         self.call(key.as_ref(), &policy, op, Some(now_us)).await
     }
 
@@ -261,7 +339,7 @@ impl RedisBackend {
     async fn call(
         &self,
         key: &[u8],
-        policy: &EncodedPolicy,
+        policy: &Arc<EncodedPolicy>,
         op: Operation,
         now_us: Option<u64>,
     ) -> Result<Lease, BackendError> {
@@ -272,66 +350,45 @@ impl RedisBackend {
         let deadline_us = match now_us {
             Some(_) => None,
             None => {
-                let mut conn = self.conn.clone();
+                let mut conn = self.runner.conn.clone();
                 let clock = self.clock.deadline_us(&mut conn, &keys[0], self.timeout);
                 Some(clock.await?)
             }
         };
-        let args = |cmd: &mut Cmd| {
-            match now_us {
-                Some(t) => cmd.arg(t).arg(self.replay_ttl_ms),
-                None => cmd.arg("").arg(0),
-            };
-            cmd.arg(name).arg(amount).arg(policy.args());
-            if let Some(deadline) = deadline_us {
-                cmd.arg(deadline);
-            }
+        let call = Call {
+            keys,
+            replay: now_us.map(|t| (t, self.replay_ttl_ms)),
+            op: name,
+            amount,
+            policy: policy.clone(),
+            deadline_us,
         };
         let peek = op == Operation::Check(0);
-        let reply = self.script(&keys, peek, args).await?;
-        let reply: Vec<i64> = redis::from_redis_value(reply)
-            .map_err(|e| BackendError::Store(format!("unexpected reply: {e}")))?;
-        to_lease(&reply, policy.policy().limits())
-    }
-
-    /// Runs the script on `keys` (arguments from `args`) within the
-    /// deadline, on the node owning them. A server that lost the library
-    /// (restart, failover, `FUNCTION FLUSH`, or never given it) gets it
-    /// loaded, on that node only, and the call is made again; in
-    /// [`ScriptMode::Auto`] a server without Functions switches every clone
-    /// to `EVALSHA`.
-    async fn script(
-        &self,
-        keys: &[String],
-        peek: bool,
-        args: impl Fn(&mut Cmd),
-    ) -> Result<Value, BackendError> {
-        let mut conn = self.conn.clone();
-        let key = &keys[0];
-        let attempt = async {
-            let mut reloaded = false;
-            loop {
-                let eval = self.eval.load(Ordering::Relaxed);
-                let mut cmd = invocation(eval, peek, keys);
-                args(&mut cmd);
-                match conn.on_key(&cmd, key).await {
-                    Err(e) if lost_script(&e) && !reloaded => {
-                        reloaded = true;
-                        conn.on_key(&library(eval), key).await?;
-                    }
-                    Err(e) if !eval && self.mode == ScriptMode::Auto && unknown_command(&e) => {
-                        self.eval.store(true, Ordering::Relaxed);
-                    }
-                    reply => return reply,
-                }
+        let reply = match &self.folder {
+            Some(folder) if deadline_us.is_some() && !peek && self.uses_functions() => {
+                let runner = &self.runner;
+                let folded = folder.run(call, |calls| runner.clone().send(calls));
+                let lost = || {
+                    let why = "the call folding this decision was dropped";
+                    RedisError::from(std::io::Error::new(
+                        std::io::ErrorKind::ConnectionAborted,
+                        why,
+                    ))
+                };
+                self.within_deadline(async { folded.await.unwrap_or_else(|| Err(lost())) })
+                    .await?
+            }
+            _ => {
+                self.within_deadline(self.runner.script(&call, peek))
+                    .await?
             }
         };
-        self.within_deadline(attempt).await
+        to_lease(&integers(reply)?, policy.policy().limits())
     }
 
     /// Runs a plain command on the node owning `key`, within the deadline.
     async fn run(&self, cmd: &Cmd, key: &str) -> Result<Value, BackendError> {
-        let mut conn = self.conn.clone();
+        let mut conn = self.runner.conn.clone();
         self.within_deadline(conn.on_key(cmd, key)).await
     }
 
@@ -352,6 +409,123 @@ impl RedisBackend {
                 classify(e, self.timeout)
             })
     }
+}
+
+impl Runner {
+    /// Runs `call` alone on the node owning its keys. A server that lost
+    /// the library (restart, failover, `FUNCTION FLUSH`, or never given it)
+    /// gets it loaded, on that node only, and the call is made again; in
+    /// [`ScriptMode::Auto`] a server without Functions switches every clone
+    /// to `EVALSHA`.
+    async fn script(&self, call: &Call, peek: bool) -> RedisResult<Value> {
+        let mut conn = self.conn.clone();
+        let key = &call.keys[0];
+        let mut reloaded = false;
+        loop {
+            let eval = self.eval.load(Ordering::Relaxed);
+            let mut cmd = invocation(eval, peek, &call.keys);
+            call.push_args(&mut cmd);
+            match conn.on_key(&cmd, key).await {
+                Err(e) if lost_script(&e) && !reloaded => {
+                    reloaded = true;
+                    conn.on_key(&library(eval), key).await?;
+                }
+                Err(e) if self.switches_to_eval(eval, &e) => {}
+                reply => return reply,
+            }
+        }
+    }
+
+    /// Whether `e`, from a call sent with Functions unless `eval`, says the
+    /// server has none; it then switches every clone to `EVALSHA`.
+    fn switches_to_eval(&self, eval: bool, e: &RedisError) -> bool {
+        let switch = !eval && self.mode == ScriptMode::Auto && unknown_command(e);
+        if switch {
+            self.eval.store(true, Ordering::Relaxed);
+        }
+        switch
+    }
+
+    /// Sends `calls` (on one server, with the server's clock): alone as
+    /// one call, else as one fold; one result per call, in order.
+    async fn send(self, calls: Vec<Call>) -> Vec<RedisResult<Value>> {
+        if let [call] = &calls[..] {
+            return vec![self.script(call, false).await];
+        }
+        let mut conn = self.conn.clone();
+        let key = &calls[0].keys[0];
+        let mut reloaded = false;
+        let reply = loop {
+            match conn.on_key_nested(&fold_command(&calls), key).await {
+                Err(e) if lost_script(&e) && !reloaded => {
+                    reloaded = true;
+                    if let Err(e) = conn.on_key(&library(false), key).await {
+                        break Err(e);
+                    }
+                }
+                // No Functions after all: each call alone, through EVALSHA.
+                Err(e) if self.switches_to_eval(false, &e) => {
+                    let alone = calls.iter().map(|c| self.script(c, false));
+                    return futures_util::future::join_all(alone).await;
+                }
+                reply => break reply,
+            }
+        };
+        match reply {
+            Ok(Value::Array(replies)) if replies.len() == calls.len() => {
+                replies.into_iter().map(Value::extract_error).collect()
+            }
+            Ok(other) => {
+                let e = RedisError::from((
+                    ErrorKind::UnexpectedReturnType,
+                    "a fold's reply is one per call",
+                    format!("{} calls, reply {other:?}", calls.len()),
+                ));
+                vec![Err(e); calls.len()]
+            }
+            Err(e) => vec![Err(e); calls.len()],
+        }
+    }
+}
+
+/// `FCALL` of the fold function: every call's keys, each distinct policy
+/// once (a fold's calls mostly share one, which the script then reads
+/// once), and each call's operation and deadline.
+fn fold_command(calls: &[Call]) -> Cmd {
+    let mut policies: Vec<&Arc<EncodedPolicy>> = Vec::with_capacity(1);
+    let of_call: Vec<usize> = calls
+        .iter()
+        .map(
+            |c| match policies.iter().position(|p| Arc::ptr_eq(p, &c.policy)) {
+                Some(i) => i + 1,
+                None => {
+                    policies.push(&c.policy);
+                    policies.len()
+                }
+            },
+        )
+        .collect();
+    let keys: usize = calls.iter().map(|c| c.keys.len()).sum();
+    let args: usize = policies.iter().map(|p| p.args().len()).sum();
+    let mut cmd = Cmd::with_capacity(5 + keys + args + 7 * calls.len(), 96 * calls.len());
+    cmd.arg("FCALL").arg(script::FOLD_FUNCTION).arg(keys);
+    for call in calls {
+        cmd.arg(&call.keys);
+    }
+    cmd.arg(policies.len());
+    for policy in policies {
+        cmd.arg(policy.args());
+    }
+    cmd.arg(calls.len());
+    for (call, policy) in calls.iter().zip(of_call) {
+        cmd.arg(call.keys.len()).arg(policy);
+        call.push_operation(&mut cmd);
+        match call.deadline_us {
+            Some(deadline) => cmd.arg(deadline),
+            None => cmd.arg(""),
+        };
+    }
+    cmd
 }
 
 /// `FCALL` (`FCALL_RO` of the read-only twin for a peek) or `EVALSHA`
@@ -565,6 +739,23 @@ fn classify(e: RedisError, deadline: Duration) -> BackendError {
         BackendError::Unavailable(e.to_string())
     } else {
         BackendError::Store(e.to_string())
+    }
+}
+
+/// The script's integers: an array from a call alone, packed as
+/// little-endian doubles in one string from a fold.
+fn integers(reply: Value) -> Result<Vec<i64>, BackendError> {
+    match reply {
+        Value::BulkString(packed) if packed.len() % 8 == 0 => Ok(packed
+            .chunks_exact(8)
+            .map(|d| {
+                let mut bytes = [0; 8];
+                bytes.copy_from_slice(d);
+                f64::from_le_bytes(bytes) as i64
+            })
+            .collect()),
+        reply => redis::from_redis_value(reply)
+            .map_err(|e| BackendError::Store(format!("unexpected reply: {e}"))),
     }
 }
 

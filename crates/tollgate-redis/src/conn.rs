@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use redis::aio::ConnectionLike;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
@@ -83,8 +84,17 @@ impl Conn {
     /// Runs `cmd` on the server owning `key` (its hash tag decides the slot).
     /// An error the server put in its reply is an `Err`, as on one server.
     pub async fn on_key(&mut self, cmd: &Cmd, key: &str) -> RedisResult<Value> {
+        self.on_key_nested(cmd, key)
+            .await
+            .and_then(Value::extract_error)
+    }
+
+    /// Like [`Conn::on_key`], but errors inside an array reply stay in
+    /// their place (a fold's calls fail one by one); only an error in place
+    /// of the whole reply is an `Err`.
+    pub async fn on_key_nested(&mut self, cmd: &Cmd, key: &str) -> RedisResult<Value> {
         let reply = match self {
-            Conn::Single(c) => cmd.query_async(c).await,
+            Conn::Single(c) => c.req_packed_command(cmd).await,
             Conn::Cluster(c) => {
                 let route = Route::with_key(key, SlotAddr::Master);
                 c.route_command(
@@ -94,7 +104,10 @@ impl Conn {
                 .await
             }
         };
-        reply.and_then(Value::extract_error)
+        match reply? {
+            Value::ServerError(e) => Err(e.into()),
+            value => Ok(value),
+        }
     }
 
     /// Checks that one server answers and accepts the credentials (a

@@ -7,7 +7,9 @@
 //! reads the server's clock (`TIME`), applies every limit of a policy
 //! atomically, and sets a TTL equal to `reset_after` on each key it
 //! charges, so idle keys vanish. A library lost to a restart or failover is
-//! reloaded on the spot.
+//! reloaded on the spot. On one server, decisions made while two calls are
+//! in flight leave together as one call of the script, which decides each
+//! as if sent alone ([`RedisConfig::fold`]).
 //!
 //! Decisions are those of `tollgate-core`: the same `allowed` and
 //! `remaining`, and durations equal to the core's rounded up to the
@@ -38,18 +40,19 @@ mod backend;
 mod conn;
 mod encoded;
 pub mod exact;
+mod fold;
 pub mod harness;
 mod keys;
 mod redact;
 mod script;
 
 pub use backend::{
-    RedisBackend, RedisConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX, DEFAULT_REPLAY_TTL,
-    DEFAULT_TIMEOUT,
+    RedisBackend, RedisConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_FOLD, DEFAULT_PREFIX,
+    DEFAULT_REPLAY_TTL, DEFAULT_TIMEOUT,
 };
 pub use conn::CLUSTER_SCHEME;
 pub use encoded::{encode_policy, EncodedPolicy};
 pub use keys::{KeySpace, MAX_KEY_BYTES};
 pub use redact::redact;
-pub use script::{eval_script, ScriptMode, FUNCTION, LIBRARY};
+pub use script::{eval_script, ScriptMode, FOLD_FUNCTION, FUNCTION, LIBRARY};
 pub use tollgate::Operation;

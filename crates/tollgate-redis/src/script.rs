@@ -15,6 +15,10 @@ pub const FUNCTION: &str = "tollgate_v4";
 /// works on a full server, where Redis refuses functions that may write.
 pub const PEEK_FUNCTION: &str = "tollgate_v4_peek";
 
+/// Several calls of [`FUNCTION`] in one, run in order at one reading of the
+/// server's clock (see the library): what [`crate::RedisConfig::fold`] sends.
+pub const FOLD_FUNCTION: &str = "tollgate_v4_fold";
+
 /// How decisions reach the script.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ScriptMode {
