@@ -31,9 +31,20 @@
 //!
 //! At most `k` keys per sub-window, whatever the number of distinct keys:
 //! `k × sub_windows` keys per rule, and [`Top`] tracks at most
-//! [`TopConfig::max_rules`] rules. A hit allocates nothing once a
-//! sub-window's summary is full: a new key is copied into the buffer of
-//! the one it replaces.
+//! [`TopConfig::max_rules`] rules. Each sub-window's index of its keys
+//! holds at most `4k` entries (an evicted key's entry is left until the
+//! index is made anew, which spares a lookup per new key). A hit allocates
+//! nothing once a sub-window's summary is full and its index has grown to
+//! that bound: a new key is copied into the buffer of the one it replaces.
+//!
+//! # Cost of a hit
+//!
+//! A hit on a key held moves it to the bucket of its new count (Space-
+//! Saving's "stream summary", buckets of equal counts in a list by count);
+//! a new key takes the place of one of the smallest, found first in the
+//! list. Either way one hash of the key, one lookup, and no search for the
+//! smallest: O(1) for a weight of 1, and a walk past at most one bucket
+//! per distinct count held for a larger weight.
 //!
 //! # Time
 //!
