@@ -12,8 +12,9 @@
 //! one for a weight of 1, after a walk past the counts in between for a
 //! larger weight (at most one bucket per distinct count held, so never
 //! more than `capacity`). One hash of the key either way, and no allocation
-//! once the summary is full (the new key is copied into the evicted one's
-//! buffer, and emptied buckets are reused).
+//! once the summary is full and its index has grown to its bound (the new
+//! key is copied into the evicted one's buffer, and emptied buckets are
+//! reused).
 //!
 //! Among the keys of the smallest count, the one that has had it longest
 //! goes first: a key just come in is not pushed out by the next new one
@@ -38,7 +39,7 @@ const STALE_ENTRIES: usize = 4;
 /// A tracked key.
 struct Slot {
     key: String,
-    /// The key's hash, so that evicting it hashes nothing.
+    /// The key's hash, so that making the index anew hashes nothing.
     hash: u64,
     /// The count of the key it replaced: how much its count may overstate.
     error: u64,
