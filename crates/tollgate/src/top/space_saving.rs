@@ -277,7 +277,7 @@ impl Summary {
     }
 
     /// Puts `slot` last in `bucket`'s ring.
-    #[inline]
+    #[inline(always)]
     fn join(&mut self, slot: usize, bucket: usize) {
         self.slots[slot].bucket = bucket;
         let first = self.buckets[bucket].first;
@@ -296,7 +296,7 @@ impl Summary {
 
     /// Takes `slot` out of its bucket's ring, freeing the bucket if that
     /// empties it.
-    #[inline]
+    #[inline(always)]
     fn leave(&mut self, slot: usize) {
         let Slot {
             bucket, prev, next, ..
