@@ -118,6 +118,8 @@ impl<B: Backend> Gate<B> {
     pub(crate) async fn admit(&self, plan: Plan) -> Verdict {
         let mut entries = Entries::new();
         let mut delay = 0;
+        // The summaries' time, read once for every rule of the request.
+        let mut now = None;
         for Planned { rule, key, cost } in plan {
             let compiled = &self.rules[rule];
             let shadow = self.shadowed(rule);
@@ -166,6 +168,7 @@ impl<B: Backend> Gate<B> {
                 shown: !shadow,
             };
             self.count_top(
+                &mut now,
                 rule,
                 &entry.key,
                 Hit::decided(decision.allowed, shadow),
@@ -217,14 +220,16 @@ impl<B: Backend> Gate<B> {
     }
 
     /// Counts a decided hit in the rule's heavy-hitter summary, under the
-    /// key without the rule's name in front.
-    fn count_top(&self, rule: usize, key: &str, hit: Hit, cost: u64) {
+    /// key without the rule's name in front, at `now` (read on the first
+    /// hit counted).
+    fn count_top(&self, now: &mut Option<u64>, rule: usize, key: &str, hit: Hit, cost: u64) {
         let compiled = &self.rules[rule];
         let Some(top) = compiled.top.as_ref().filter(|_| cost > 0) else {
             return;
         };
         let key = key.get(compiled.rule.name.len() + 1..).unwrap_or(key);
-        top.record(self.clock.now(), key, hit, cost);
+        let now = *now.get_or_insert_with(|| self.clock.now());
+        top.record(now, key, hit, cost);
     }
 
     fn on_store_error(&self, rule: usize, key: &str, cost: u64, error: &BackendError) -> Fallback {

@@ -1,8 +1,9 @@
 //! The cost of counting one hit in a rule's heavy-hitter summary
 //! (`HeavyHitters::record`), the work the layer and `serve` add per
-//! decision: a key already tracked (a hash lookup and a heap sift, no
-//! allocation), and a stream of keys never seen before (each replacing the
-//! smallest tracked key). Not measured yet: run it on a quiet machine.
+//! decision: a key already tracked (a hash lookup and a move to the bucket
+//! of its new count, no allocation), and a stream of keys never seen before
+//! (each replacing one of the smallest tracked keys). Timings mean
+//! something only on a quiet machine.
 //!
 //! Run: `cargo bench -p tollgate --bench top -- --warm-up-time 1 --measurement-time 3`
 

@@ -31,9 +31,20 @@
 //!
 //! At most `k` keys per sub-window, whatever the number of distinct keys:
 //! `k × sub_windows` keys per rule, and [`Top`] tracks at most
-//! [`TopConfig::max_rules`] rules. A hit allocates nothing once a
-//! sub-window's summary is full: a new key is copied into the buffer of
-//! the one it replaces.
+//! [`TopConfig::max_rules`] rules. Each sub-window's index of its keys
+//! holds at most `4k` entries (an evicted key's entry is left until the
+//! index is made anew, which spares a lookup per new key). A hit allocates
+//! nothing once a sub-window's summary is full and its index has grown to
+//! that bound: a new key is copied into the buffer of the one it replaces.
+//!
+//! # Cost of a hit
+//!
+//! A hit on a key held moves it to the bucket of its new count (Space-
+//! Saving's "stream summary", buckets of equal counts in a list by count);
+//! a new key takes the place of one of the smallest, found first in the
+//! list. Either way one hash of the key, one lookup, and no search for the
+//! smallest: O(1) for a weight of 1, and a walk past at most one bucket
+//! per distinct count held for a larger weight.
 //!
 //! # Time
 //!
@@ -267,23 +278,55 @@ impl WindowReport {
 pub struct HeavyHitters {
     config: TopConfig,
     show: Option<ShowKey>,
-    /// Sub-window `e` (time `e × sub_window_ns` on) lives at `e % len`.
-    ring: Mutex<Vec<(u64, Summary)>>,
+    ring: Mutex<Ring>,
+}
+
+/// The sub-windows kept.
+struct Ring {
+    /// Sub-window `e` (time `e × sub_window_ns` on) lives at `e % len`,
+    /// with the `e` it holds.
+    windows: Vec<(u64, Summary)>,
+    /// The start of the sub-window counted in last and its place: a hit in
+    /// the same sub-window, nearly every one, finds it without dividing.
+    current: Option<(u64, usize)>,
 }
 
 /// A ring slot that never held a sub-window.
 const EMPTY: u64 = u64::MAX;
 
+impl Ring {
+    /// The place of the sub-window of `now_ns`, emptied first if it held
+    /// an older one; `None` when `now_ns` is older than every sub-window
+    /// kept.
+    fn enter(&mut self, now_ns: u64, sub_window_ns: u64) -> Option<usize> {
+        let epoch = now_ns / sub_window_ns;
+        let place = (epoch % self.windows.len() as u64) as usize;
+        let (held, summary) = &mut self.windows[place];
+        if *held != epoch {
+            if *held != EMPTY && *held > epoch {
+                return None;
+            }
+            summary.clear();
+            *held = epoch;
+        }
+        self.current = Some((epoch * sub_window_ns, place));
+        Some(place)
+    }
+}
+
 impl HeavyHitters {
     /// A summary of `config`'s shape, showing keys as recorded.
     pub fn new(config: TopConfig) -> Self {
-        let ring = (0..config.sub_windows)
+        let windows = (0..config.sub_windows)
             .map(|_| (EMPTY, Summary::new(config.capacity)))
             .collect();
         HeavyHitters {
             config,
             show: None,
-            ring: Mutex::new(ring),
+            ring: Mutex::new(Ring {
+                windows,
+                current: None,
+            }),
         }
     }
 
@@ -302,24 +345,22 @@ impl HeavyHitters {
     /// The keys held now, over every sub-window kept: never more than
     /// `capacity × sub_windows`.
     pub fn tracked(&self) -> usize {
-        self.ring.lock().iter().map(|(_, s)| s.slots().len()).sum()
+        self.ring.lock().windows.iter().map(|(_, s)| s.len()).sum()
     }
 
     /// Counts `hits` hits of `key` at `now_ns`, as `hit`.
     pub fn record(&self, now_ns: u64, key: &str, hit: Hit, hits: u64) {
-        let epoch = now_ns / self.config.sub_window_ns;
+        let sub = self.config.sub_window_ns;
         let mut ring = self.ring.lock();
-        let len = ring.len() as u64;
-        let (held, summary) = &mut ring[(epoch % len) as usize];
-        if *held != epoch {
-            if *held != EMPTY && *held > epoch {
+        let place = match ring.current {
+            Some((start, place)) if now_ns >= start && now_ns - start < sub => place,
+            _ => match ring.enter(now_ns, sub) {
+                Some(place) => place,
                 // Older than every sub-window kept: too late to count.
-                return;
-            }
-            summary.clear();
-            *held = epoch;
-        }
-        summary.record(key, hit, hits);
+                None => return,
+            },
+        };
+        ring.windows[place].1.record(key, hit, hits);
     }
 
     /// At least how many hits `key` had over the last `window_ns` at
@@ -331,7 +372,7 @@ impl HeavyHitters {
         let (oldest, current) = self.epochs(now_ns, window_ns);
         let (mut seen, mut dropped) = (0u64, 0u64);
         let ring = self.ring.lock();
-        for (held, summary) in ring.iter() {
+        for (held, summary) in ring.windows.iter() {
             if *held == EMPTY || *held < oldest || *held > current {
                 continue;
             }
@@ -365,15 +406,15 @@ impl HeavyHitters {
         let mut merged: HashMap<String, (KeyCount, u64)> = HashMap::new();
         {
             let ring = self.ring.lock();
-            for (held, summary) in ring.iter() {
+            for (held, summary) in ring.windows.iter() {
                 if *held == EMPTY || *held < oldest || *held > current {
                     continue;
                 }
                 totals.merge(&summary.totals);
                 let bound = summary.untracked_bound();
                 error_bound = error_bound.saturating_add(bound);
-                for slot in summary.slots() {
-                    let (key, bounds) = merged.entry(slot.key.clone()).or_insert_with(|| {
+                for slot in summary.tracked() {
+                    let (key, bounds) = merged.entry(slot.key.to_string()).or_insert_with(|| {
                         (
                             KeyCount {
                                 key: String::new(),
@@ -537,6 +578,19 @@ mod tests {
         top.record(60 * SEC, "next", Hit::Admitted, 1);
         let report = top.report(60 * SEC, 60 * SEC, 10);
         assert!(report.keys.iter().all(|k| k.key != "early"));
+    }
+
+    #[test]
+    fn a_late_hit_goes_to_its_own_sub_window_and_the_next_to_the_current() {
+        let top = HeavyHitters::new(config(10));
+        top.record(15 * SEC, "now", Hit::Admitted, 1);
+        top.record(5 * SEC, "late", Hit::Admitted, 1);
+        top.record(16 * SEC, "now", Hit::Admitted, 1);
+        let current = top.report(16 * SEC, 10 * SEC, 10);
+        assert_eq!(current.totals.total(), 2);
+        assert_eq!(current.keys.len(), 1);
+        let both = top.report(16 * SEC, 20 * SEC, 10);
+        assert_eq!(both.totals.total(), 3);
     }
 
     #[test]
