@@ -36,7 +36,9 @@
 # machine: each tollgate process runs under valgrind's callgrind, counting
 # only while wrk runs (`callgrind_control`), and the CPU column becomes the
 # instructions it executed per request (whatever the load; wrk then keeps
-# 4 connections, req/s are valgrind's, and nginx is left out).
+# 4 connections, req/s are valgrind's, and nginx is left out). KEEP=DIR
+# keeps the profiles there (cg.PID.N, one per tollgate process and round)
+# for `callgrind_annotate --inclusive=yes`.
 set -euo pipefail
 DUR=${DUR:-5s}
 ROUNDS=${ROUNDS:-3}
@@ -64,6 +66,7 @@ stop_all() {
   [ -f "$OUT/nginx/nginx.pid" ] && kill -QUIT "$(cat "$OUT/nginx/nginx.pid")" 2>/dev/null || true
   kill "${PIDS[@]}" 2>/dev/null || true
   wait 2>/dev/null || true
+  if [ -n "${KEEP:-}" ]; then mkdir -p "$KEEP" && cp "$OUT"/cg.* "$KEEP"/ 2>/dev/null || true; fi
   rm -rf "$OUT"
 }
 trap stop_all EXIT

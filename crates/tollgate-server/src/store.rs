@@ -432,10 +432,18 @@ impl Backend for AnyBackend {
         policy: &Self::Prepared,
         op: Operation,
     ) -> Result<Outcome, BackendError> {
+        // A shared store's call is a state machine of kilobytes (its client's
+        // futures) and a memory decision one of bytes: held inline, every
+        // memory decision would carry, move and box the largest (20 kB, a
+        // `memcpy` bigger than the decision, measured in docs/PERFORMANCE.md,
+        // "Server"). Boxed, the shared stores pay one allocation next to a
+        // network round trip.
         match (self, policy) {
             (AnyBackend::Memory(b), AnyPrepared::Memory(p)) => b.apply(key, p, op).await,
-            (AnyBackend::Redis(b), AnyPrepared::Redis(p)) => b.apply(key, p, op).await,
-            (AnyBackend::Postgres(b), AnyPrepared::Postgres(p)) => b.apply(key, p, op).await,
+            (AnyBackend::Redis(b), AnyPrepared::Redis(p)) => Box::pin(b.apply(key, p, op)).await,
+            (AnyBackend::Postgres(b), AnyPrepared::Postgres(p)) => {
+                Box::pin(b.apply(key, p, op)).await
+            }
             _ => Err(BackendError::Config(
                 "a policy prepared by another store".into(),
             )),
