@@ -20,7 +20,9 @@
 # machine: every server runs under callgrind, counting only while wrk runs
 # (benches/counting.sh), and the CPU columns become the instructions the
 # server executed per request, whatever the load (wrk then keeps 1 thread
-# and 4 connections; req/s and latencies are valgrind's). The warm-up then
+# and 4 connections; req/s and latencies are valgrind's). Only user space is
+# counted, not the kernel's socket work, so *CPU added* is the figure to
+# read; *capacity vs bare* overstates the layer's share. The warm-up then
 # takes WARMUP (20s) per server, for every key to be sent once.
 set -euo pipefail
 BIN=${BIN:-target/release/examples/bench_server}
