@@ -125,23 +125,34 @@ pub fn problem_json(refusal: &Refusal) -> (HeaderValue, Bytes) {
 /// one the layer writes, unless a rule's name has a quote or a backslash).
 fn write_problem(out: &mut Vec<u8>, refusal: &Refusal) {
     let mut digits = itoa::Buffer::new();
-    out.extend_from_slice(br#"{"type":"about:blank","title":"#);
-    json_string(out, refusal.status.canonical_reason().unwrap_or("Error"));
-    out.extend_from_slice(br#","status":"#);
+    // A status's reason phrase never needs escaping (a test checks them all).
+    out.extend_from_slice(br#"{"type":"about:blank","title":""#);
+    out.extend_from_slice(title(refusal.status).as_bytes());
+    out.extend_from_slice(br#"","status":"#);
     out.extend_from_slice(digits.format(refusal.status.as_u16()).as_bytes());
     out.extend_from_slice(br#","detail":"#);
+    // The detail is fixed text, numbers and the rule's name, except for a
+    // bad key's or cost's message: only then is it checked once written.
+    let plain_rule = !refusal.rule.bytes().any(needs_escape);
+    let fixed = !matches!(refusal.reason, Reason::BadKey(_) | Reason::BadCost(_));
     let start = out.len();
     out.push(b'"');
     // Writing into a `Vec` cannot fail.
     let _ = write!(out, "{}", Detail(refusal));
-    if out[start + 1..].iter().copied().any(needs_escape) {
+    if !(plain_rule && fixed) && out[start + 1..].iter().copied().any(needs_escape) {
         out.truncate(start);
         let _ = serde_json::to_writer(&mut *out, &Detail(refusal));
     } else {
         out.push(b'"');
     }
     out.extend_from_slice(br#","rule":"#);
-    json_string(out, &refusal.rule);
+    if plain_rule {
+        out.push(b'"');
+        out.extend_from_slice(refusal.rule.as_bytes());
+        out.push(b'"');
+    } else {
+        let _ = serde_json::to_writer(&mut *out, &*refusal.rule);
+    }
     if let Some(secs) = refusal.retry_after() {
         out.extend_from_slice(br#","retry_after":"#);
         out.extend_from_slice(digits.format(secs).as_bytes());
@@ -149,15 +160,9 @@ fn write_problem(out: &mut Vec<u8>, refusal: &Refusal) {
     out.push(b'}');
 }
 
-/// `text` as a JSON string.
-fn json_string(out: &mut Vec<u8>, text: &str) {
-    if text.bytes().any(needs_escape) {
-        let _ = serde_json::to_writer(&mut *out, text);
-    } else {
-        out.push(b'"');
-        out.extend_from_slice(text.as_bytes());
-        out.push(b'"');
-    }
+/// The problem's `title`: the status's reason phrase.
+fn title(status: StatusCode) -> &'static str {
+    status.canonical_reason().unwrap_or("Error")
 }
 
 /// Whether a JSON string must escape `byte` (RFC 8259: controls, the quote
@@ -207,18 +212,28 @@ mod tests {
         retry_after: Option<u64>,
     }
 
+    #[test]
+    fn no_title_needs_escaping() {
+        for code in 100..1000 {
+            let title = title(StatusCode::from_u16(code).unwrap());
+            assert!(!title.bytes().any(needs_escape), "{code}: {title}");
+        }
+    }
+
     proptest::proptest! {
         #[test]
         fn the_body_is_what_serde_json_writes(
             rule in "[ -~]{1,12}",
             status in proptest::sample::select(vec![400u16, 411, 413, 429, 503, 599]),
-            reason in 0..3u8,
+            reason in 0..4u8,
             n in proptest::prelude::any::<u64>(),
+            missing in "[ -~\\n\\t]{0,12}",
         ) {
             let reason = match reason {
                 0 => Reason::Limited { retry_after: n },
                 1 => Reason::TooLarge { cost: n },
-                _ => Reason::StoreUnavailable { retry_after: n },
+                2 => Reason::StoreUnavailable { retry_after: n },
+                _ => Reason::BadKey(KeyError::Missing(missing)),
             };
             let refusal = Refusal {
                 status: StatusCode::from_u16(status).unwrap(),
@@ -227,7 +242,7 @@ mod tests {
             };
             let expected = serde_json::to_vec(&Problem {
                 kind: "about:blank",
-                title: refusal.status.canonical_reason().unwrap_or("Error"),
+                title: title(refusal.status),
                 status,
                 detail: refusal.detail(),
                 rule: &rule,
