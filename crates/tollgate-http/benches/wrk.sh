@@ -15,6 +15,15 @@
 #
 #   cargo build --release -p tollgate-http --example bench_server
 #   bash crates/tollgate-http/benches/wrk.sh            # from the repository root
+#
+# COUNT=callgrind counts instead of timing, for builds compared on a busy
+# machine: every server runs under callgrind, counting only while wrk runs
+# (benches/counting.sh), and the CPU columns become the instructions the
+# server executed per request, whatever the load (wrk then keeps 1 thread
+# and 4 connections; req/s and latencies are valgrind's). Only user space is
+# counted, not the kernel's socket work, so *CPU added* is the figure to
+# read; *capacity vs bare* overstates the layer's share. The warm-up then
+# takes WARMUP (20s) per server, for every key to be sent once.
 set -euo pipefail
 BIN=${BIN:-target/release/examples/bench_server}
 LUA=crates/tollgate-http/benches/wrk-keys.lua
@@ -22,7 +31,18 @@ DUR=${DUR:-5s}
 ROUNDS=${ROUNDS:-5}
 PORT=${PORT:-18100}
 CONFIGS=${CONFIGS:-"bare:admit one:admit one-unsummed:admit three:admit three-unsummed:admit governor:admit redis:admit bare:refuse one:refuse three:refuse governor:refuse"}
+COUNT=${COUNT:-cpu}
 OUT=$(mktemp -d)
+WRAP=()
+LOAD=(-t2 -c64)
+if [ "$COUNT" = callgrind ]; then
+  # shellcheck source=../../../benches/counting.sh
+  . "$(dirname "$0")/../../../benches/counting.sh"
+  WRAP=("${COUNTING[@]}")
+  # Valgrind serves a few thousand requests a second, on one thread.
+  LOAD=(-t1 -c4)
+fi
+WARMUP=${WARMUP:-$([ "$COUNT" = callgrind ] && echo 20s || echo 2s)}
 PIDS=()
 trap 'kill "${PIDS[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$OUT"' EXIT
 
@@ -33,7 +53,7 @@ url_of() { echo "http://127.0.0.1:$(port_of "$1")/v1/items"; }
 i=0
 for c in $CONFIGS; do
   i=$((i + 1))
-  "$BIN" "${c%:*}" "${c#*:}" "$(port_of $i)" >"$OUT/$i.log" 2>&1 &
+  "${WRAP[@]}" "$BIN" "${c%:*}" "${c#*:}" "$(port_of $i)" >"$OUT/$i.log" 2>&1 &
   PIDS+=($!)
   SERVER[i]=$!
   until grep -qs ready "$OUT/$i.log"; do
@@ -42,7 +62,7 @@ for c in $CONFIGS; do
   done
   # The redis-server a `redis` server started, to stop it at the end.
   PIDS+=($(pgrep -P "${PIDS[-1]}" || true))
-  wrk -t2 -c64 -d2s -s "$LUA" "$(url_of $i)" >/dev/null
+  wrk "${LOAD[@]}" -d"$WARMUP" -s "$LUA" "$(url_of $i)" >/dev/null
 done
 
 # CPU time a process has used, in clock ticks (user + system).
@@ -50,30 +70,38 @@ cpu_of() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 TICK_US=$((1000000 / $(getconf CLK_TCK)))
 
 # One line per round and configuration: round, config, req/s, p99 in µs,
-# share of answers that were not 2xx, server CPU µs per request.
+# share of answers that were not 2xx, server CPU µs (or instructions) per
+# request.
+load() { wrk "${LOAD[@]}" -d"$DUR" --latency -s "$LUA" "$1" >"$OUT/wrk"; }
 for round in $(seq "$ROUNDS"); do
   i=0
   for c in $CONFIGS; do
     i=$((i + 1))
-    before=$(cpu_of "${SERVER[i]}")
-    wrk -t2 -c64 -d"$DUR" --latency -s "$LUA" "$(url_of $i)" >"$OUT/wrk"
-    used=$(($(cpu_of "${SERVER[i]}") - before))
-    awk -v r="$round" -v c="$c" -v cpu="$((used * TICK_US))" '
+    if [ "$COUNT" = callgrind ]; then
+      used=$(counted "${SERVER[i]}" load "$(url_of $i)")
+    else
+      before=$(cpu_of "${SERVER[i]}")
+      load "$(url_of $i)"
+      used=$((($(cpu_of "${SERVER[i]}") - before) * TICK_US))
+    fi
+    awk -v r="$round" -v c="$c" -v cpu="$used" '
       function us(v) { if (v ~ /us$/) return v + 0; if (v ~ /ms$/) return v * 1000; if (v ~ /s$/) return v * 1000000; return v }
       /requests in/ { total = $1 } /Requests\/sec/ { rps = $2 } /^ +99%/ { p99 = us($2) } /Non-2xx/ { bad = $5 }
       END { printf "%s %s %.0f %.0f %.3f %.2f\n", r, c, rps, p99, bad / total, cpu / total }' "$OUT/wrk" >>"$OUT/runs"
   done
 done
 
-echo "| server | mode | req/s | vs bare | p99 | p99 added | refused | CPU/request | capacity vs bare |"
-echo "|---|---|---:|---:|---:|---:|---:|---:|---:|"
+UNIT=$([ "$COUNT" = callgrind ] && echo instr || echo us)
+echo "| server | mode | req/s | vs bare | p99 | p99 added | refused | CPU/request | CPU added | capacity vs bare |"
+echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
 for c in $CONFIGS; do
-  awk -v c="$c" '
+  awk -v c="$c" -v unit="$UNIT" '
     { rps[$1, $2] = $3; p99[$1, $2] = $4; bad[$1, $2] = $5; cpu[$1, $2] = $6; if ($1 > n) n = $1 }
     function median(a, k,   i, j, t) { for (i = 1; i <= k; i++) for (j = i + 1; j <= k; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t } return a[int((k + 1) / 2)] }
     END {
       split(c, parts, ":"); bare = "bare:" parts[2]
-      for (r = 1; r <= n; r++) { x[r] = rps[r, c]; ratio[r] = rps[r, c] / rps[r, bare]; p[r] = p99[r, c]; add[r] = p99[r, c] - p99[r, bare]; b[r] = bad[r, c]; u[r] = cpu[r, c]; keep[r] = cpu[r, bare] / cpu[r, c] }
-      printf "| %s | %s | %.0f | %.2fx | %.0f us | %+.0f us | %.1f%% | %.1f us | %.2fx |\n", parts[1], parts[2], median(x, n), median(ratio, n), median(p, n), median(add, n), 100 * median(b, n), median(u, n), median(keep, n)
+      for (r = 1; r <= n; r++) { x[r] = rps[r, c]; ratio[r] = rps[r, c] / rps[r, bare]; p[r] = p99[r, c]; add[r] = p99[r, c] - p99[r, bare]; b[r] = bad[r, c]; u[r] = cpu[r, c]; more[r] = cpu[r, c] - cpu[r, bare]; keep[r] = cpu[r, bare] / cpu[r, c] }
+      f = unit == "us" ? "%.1f" : "%.0f"
+      printf "| %s | %s | %.0f | %.2fx | %.0f us | %+.0f us | %.1f%% | " f " %s | %+" substr(f, 2) " %s | %.2fx |\n", parts[1], parts[2], median(x, n), median(ratio, n), median(p, n), median(add, n), 100 * median(b, n), median(u, n), unit, median(more, n), unit, median(keep, n)
     }' "$OUT/runs"
 done

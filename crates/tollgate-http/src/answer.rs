@@ -10,6 +10,7 @@
 //! | the cost header is missing or not a number | 400 (411 without `Content-Length`) | no | no |
 
 use std::fmt;
+use std::io::Write;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -110,34 +111,64 @@ pub type BodyWriter = Arc<dyn Fn(&Refusal) -> (HeaderValue, Bytes) + Send + Sync
 /// `title`, `status`, `detail`, and the extension members `rule` and, when
 /// there is one, `retry_after`.
 pub fn problem_json(refusal: &Refusal) -> (HeaderValue, Bytes) {
-    let problem = Problem {
-        kind: "about:blank",
-        title: refusal.status.canonical_reason().unwrap_or("Error"),
-        status: refusal.status.as_u16(),
-        detail: Detail(refusal),
-        rule: &refusal.rule,
-        retry_after: refusal.retry_after(),
-    };
     // Written in this thread's buffer: the body's bytes are the one
     // allocation.
-    let body = scratch::bytes(|body| match serde_json::to_writer(&mut *body, &problem) {
-        Ok(()) => Bytes::copy_from_slice(body),
-        Err(_) => Bytes::new(),
+    let body = scratch::bytes(|body| {
+        write_problem(body, refusal);
+        Bytes::copy_from_slice(body)
     });
     (HeaderValue::from_static("application/problem+json"), body)
 }
 
-/// RFC 9457 problem details, serialized without building a JSON tree.
-#[derive(serde::Serialize)]
-struct Problem<'a> {
-    #[serde(rename = "type")]
-    kind: &'static str,
-    title: &'static str,
-    status: u16,
-    detail: Detail<'a>,
-    rule: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    retry_after: Option<u64>,
+/// RFC 9457 problem details as compact JSON, member by member: what a
+/// serializer would write, without escaping strings that need none (every
+/// one the layer writes, unless a rule's name has a quote or a backslash).
+fn write_problem(out: &mut Vec<u8>, refusal: &Refusal) {
+    let mut digits = itoa::Buffer::new();
+    // A status's reason phrase never needs escaping (a test checks them all).
+    out.extend_from_slice(br#"{"type":"about:blank","title":""#);
+    out.extend_from_slice(title(refusal.status).as_bytes());
+    out.extend_from_slice(br#"","status":"#);
+    out.extend_from_slice(digits.format(refusal.status.as_u16()).as_bytes());
+    out.extend_from_slice(br#","detail":"#);
+    // The detail is fixed text, numbers and the rule's name, except for a
+    // bad key's or cost's message: only then is it checked once written.
+    let plain_rule = !refusal.rule.bytes().any(needs_escape);
+    let fixed = !matches!(refusal.reason, Reason::BadKey(_) | Reason::BadCost(_));
+    let start = out.len();
+    out.push(b'"');
+    // Writing into a `Vec` cannot fail.
+    let _ = write!(out, "{}", Detail(refusal));
+    if !(plain_rule && fixed) && out[start + 1..].iter().copied().any(needs_escape) {
+        out.truncate(start);
+        let _ = serde_json::to_writer(&mut *out, &Detail(refusal));
+    } else {
+        out.push(b'"');
+    }
+    out.extend_from_slice(br#","rule":"#);
+    if plain_rule {
+        out.push(b'"');
+        out.extend_from_slice(refusal.rule.as_bytes());
+        out.push(b'"');
+    } else {
+        let _ = serde_json::to_writer(&mut *out, &*refusal.rule);
+    }
+    if let Some(secs) = refusal.retry_after() {
+        out.extend_from_slice(br#","retry_after":"#);
+        out.extend_from_slice(digits.format(secs).as_bytes());
+    }
+    out.push(b'}');
+}
+
+/// The problem's `title`: the status's reason phrase.
+fn title(status: StatusCode) -> &'static str {
+    status.canonical_reason().unwrap_or("Error")
+}
+
+/// Whether a JSON string must escape `byte` (RFC 8259: controls, the quote
+/// and the backslash).
+fn needs_escape(byte: u8) -> bool {
+    byte < 0x20 || byte == b'"' || byte == b'\\'
 }
 
 #[cfg(test)]
@@ -165,5 +196,61 @@ mod tests {
         };
         assert_eq!(too_large.retry_after(), None);
         assert!(too_large.detail().contains("never fit"));
+    }
+
+    /// What `write_problem` must write: serde_json's own serialization of
+    /// the same members.
+    #[derive(serde::Serialize)]
+    struct Problem<'a> {
+        #[serde(rename = "type")]
+        kind: &'static str,
+        title: &'static str,
+        status: u16,
+        detail: String,
+        rule: &'a str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        retry_after: Option<u64>,
+    }
+
+    #[test]
+    fn no_title_needs_escaping() {
+        for code in 100..1000 {
+            let title = title(StatusCode::from_u16(code).unwrap());
+            assert!(!title.bytes().any(needs_escape), "{code}: {title}");
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn the_body_is_what_serde_json_writes(
+            rule in "[ -~]{1,12}",
+            status in proptest::sample::select(vec![400u16, 411, 413, 429, 503, 599]),
+            reason in 0..4u8,
+            n in proptest::prelude::any::<u64>(),
+            missing in "[ -~\\n\\t]{0,12}",
+        ) {
+            let reason = match reason {
+                0 => Reason::Limited { retry_after: n },
+                1 => Reason::TooLarge { cost: n },
+                2 => Reason::StoreUnavailable { retry_after: n },
+                _ => Reason::BadKey(KeyError::Missing(missing)),
+            };
+            let refusal = Refusal {
+                status: StatusCode::from_u16(status).unwrap(),
+                rule: rule.as_str().into(),
+                reason,
+            };
+            let expected = serde_json::to_vec(&Problem {
+                kind: "about:blank",
+                title: title(refusal.status),
+                status,
+                detail: refusal.detail(),
+                rule: &rule,
+                retry_after: refusal.retry_after(),
+            })
+            .unwrap();
+            let (_, body) = problem_json(&refusal);
+            proptest::prop_assert_eq!(std::str::from_utf8(&body).unwrap(), std::str::from_utf8(&expected).unwrap());
+        }
     }
 }

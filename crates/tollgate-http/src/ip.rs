@@ -18,7 +18,7 @@
 //! ```
 
 use std::fmt::Write;
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr};
 
 use ipnet::IpNet;
 use serde::Deserialize;
@@ -36,10 +36,14 @@ pub enum ForwardedHeader {
     Forwarded,
 }
 
+/// Made at compile time: `from_static` at run time checks every byte, on
+/// every request.
+const X_FORWARDED_FOR: http::HeaderName = http::HeaderName::from_static("x-forwarded-for");
+
 impl ForwardedHeader {
     fn name(self) -> http::HeaderName {
         match self {
-            ForwardedHeader::XForwardedFor => http::HeaderName::from_static("x-forwarded-for"),
+            ForwardedHeader::XForwardedFor => X_FORWARDED_FOR,
             ForwardedHeader::Forwarded => http::header::FORWARDED,
         }
     }
@@ -100,13 +104,18 @@ impl ClientIp {
             return Some(nearest);
         }
         for line in lines.rev() {
-            let Ok(line) = std::str::from_utf8(line) else {
+            // A line that is not text ends the walk, whatever its hops. Split
+            // at ASCII commas, a text line's hops are text too.
+            if !line.is_ascii() && std::str::from_utf8(line).is_err() {
                 return Some(nearest);
-            };
-            for hop in line.rsplit(',') {
+            }
+            for hop in line.rsplit(|&b| b == b',') {
                 let parsed = match self.header {
-                    ForwardedHeader::XForwardedFor => parse_hop(hop),
-                    ForwardedHeader::Forwarded => forwarded_for(hop).and_then(parse_hop),
+                    ForwardedHeader::XForwardedFor => hop_address(hop),
+                    ForwardedHeader::Forwarded => std::str::from_utf8(hop)
+                        .ok()
+                        .and_then(forwarded_for)
+                        .and_then(parse_hop),
                 };
                 let Some(ip) = parsed.map(canonical) else {
                     return Some(nearest);
@@ -134,6 +143,40 @@ fn forwarded_for(element: &str) -> Option<&str> {
             .eq_ignore_ascii_case("for")
             .then(|| value.trim().trim_matches('"'))
     })
+}
+
+/// [`parse_hop`] of a hop's bytes, with the plain IPv4 address that
+/// nearly every hop is read without the general parser.
+fn hop_address(hop: &[u8]) -> Option<IpAddr> {
+    dotted_quad(hop.trim_ascii())
+        .map(IpAddr::V4)
+        .or_else(|| parse_hop(std::str::from_utf8(hop).ok()?))
+}
+
+/// `a.b.c.d` exactly as `Ipv4Addr`'s parser accepts it (four decimal
+/// octets up to 255, no leading zero, nothing else), in one pass over the
+/// bytes.
+fn dotted_quad(text: &[u8]) -> Option<Ipv4Addr> {
+    let mut octets = [0u8; 4];
+    let (mut octet, mut digits, mut value) = (0, 0, 0u16);
+    for &b in text {
+        match b {
+            b'0'..=b'9' if digits < 3 && !(digits == 1 && value == 0) => {
+                value = value * 10 + u16::from(b - b'0');
+                digits += 1;
+            }
+            b'.' if digits > 0 && octet < 3 => {
+                octets[octet] = u8::try_from(value).ok()?;
+                (octet, digits, value) = (octet + 1, 0, 0);
+            }
+            _ => return None,
+        }
+    }
+    if digits == 0 || octet != 3 {
+        return None;
+    }
+    octets[3] = u8::try_from(value).ok()?;
+    Some(Ipv4Addr::from(octets))
 }
 
 /// An address as proxies and access logs write it: `1.2.3.4`,
@@ -189,12 +232,18 @@ impl IpPrefix {
         match ip {
             // The common case, on every request: no formatting machinery.
             IpAddr::V4(v4) if len == full => {
-                let mut digits = itoa::Buffer::new();
+                // Digit by digit: a `push_str` per octet costs a copy call each.
                 for (i, octet) in v4.octets().into_iter().enumerate() {
                     if i > 0 {
                         out.push('.');
                     }
-                    out.push_str(digits.format(octet));
+                    if octet >= 100 {
+                        out.push(char::from(b'0' + octet / 100));
+                    }
+                    if octet >= 10 {
+                        out.push(char::from(b'0' + octet / 10 % 10));
+                    }
+                    out.push(char::from(b'0' + octet % 10));
                 }
             }
             _ => {
@@ -316,6 +365,39 @@ mod tests {
             proptest::prop_assert_eq!(resolve(&ip, "10.0.0.1", &[&spoof, &honest]), Some(client));
             proptest::prop_assert_eq!(resolve(&ip, "10.0.0.1", &[&spoofed]), Some(client));
         }
+
+        #[test]
+        fn full_v4_addresses_written_as_displayed(octets in proptest::prelude::any::<[u8; 4]>()) {
+            let ip = Ipv4Addr::from(octets);
+            proptest::prop_assert_eq!(IpPrefix::default().network(IpAddr::V4(ip)), ip.to_string());
+        }
+
+        // The fast path reads a hop exactly as the general parser does.
+        #[test]
+        fn hops_read_as_the_general_parser_reads_them(hop in "[ 0-9.:a-f\\[\\]]{0,20}|[ ]?[0-9]{1,4}\\.[0-9]{1,4}\\.[0-9]{1,4}\\.[0-9]{1,4}[ ]?") {
+            let general = hop.trim().parse::<IpAddr>().ok();
+            let fast = dotted_quad(hop.trim_ascii().as_bytes()).map(IpAddr::V4);
+            if fast.is_some() {
+                proptest::prop_assert_eq!(fast, general);
+            }
+            if let Some(IpAddr::V4(_)) = general {
+                proptest::prop_assert_eq!(fast, general);
+            }
+            proptest::prop_assert_eq!(hop_address(hop.as_bytes()), parse_hop(&hop));
+        }
+    }
+
+    #[test]
+    fn a_line_that_is_not_text_ends_the_walk() {
+        let ip = xff_behind(&["10.0.0.0/8"]);
+        let peer = "10.0.0.1".parse().ok();
+        let line: &[u8] = b"\xff, 203.0.113.7";
+        assert_eq!(ip.resolve_from(peer, [line].into_iter()), peer);
+        let text = "\u{e9}, 203.0.113.7";
+        assert_eq!(
+            ip.resolve_from(peer, [text.as_bytes()].into_iter()),
+            "203.0.113.7".parse().ok()
+        );
     }
 
     #[test]

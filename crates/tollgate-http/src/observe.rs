@@ -124,5 +124,8 @@ fn increment(key: &Key) {
 }
 
 pub(crate) fn latency(started: quanta::Instant) {
-    metrics::histogram!(DECISION_SECONDS).record(started.elapsed().as_secs_f64());
+    // Made once, as the rules' keys are: the macro builds it per request.
+    static KEY: Key = Key::from_static_name(DECISION_SECONDS);
+    let seconds = started.elapsed().as_secs_f64();
+    metrics::with_recorder(|recorder| recorder.register_histogram(&KEY, &METADATA).record(seconds));
 }

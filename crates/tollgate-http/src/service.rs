@@ -73,9 +73,7 @@ where
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         let started = quanta::Instant::now();
-        let (parts, body) = request.into_parts();
-        let plan = self.gate.plan(&RequestView::of(&parts));
-        let request = Request::from_parts(parts, body);
+        let plan = self.gate.plan(&RequestView::of_request(&request));
         let state = match plan {
             Ok(plan) if plan.is_empty() => State::Serving {
                 future: self.inner.call(request),

@@ -28,7 +28,7 @@
 use std::net::{IpAddr, SocketAddr};
 
 use http::request::Parts;
-use http::HeaderMap;
+use http::{Extensions, HeaderMap, Method, Request, Uri};
 
 /// A request as the rules see it, borrowed from wherever it came from.
 #[derive(Clone, Copy, Debug)]
@@ -57,24 +57,42 @@ impl<'a> RequestView<'a> {
     /// hyper services), the route from axum's `MatchedPath`, the labels from
     /// a [`Labels`] extension.
     pub fn of(parts: &'a Parts) -> Self {
-        let ext = &parts.extensions;
+        Self::of_pieces(&parts.method, &parts.uri, &parts.headers, &parts.extensions)
+    }
+
+    /// [`RequestView::of`] a whole request, which the layer then passes on
+    /// without taking it apart and putting it back together.
+    pub(crate) fn of_request<B>(request: &'a Request<B>) -> Self {
+        Self::of_pieces(
+            request.method(),
+            request.uri(),
+            request.headers(),
+            request.extensions(),
+        )
+    }
+
+    fn of_pieces(
+        method: &'a Method,
+        uri: &'a Uri,
+        headers: &'a HeaderMap,
+        ext: &'a Extensions,
+    ) -> Self {
         let peer = ext
             .get::<axum::extract::ConnectInfo<SocketAddr>>()
             .map(|c| c.0.ip())
             .or_else(|| ext.get::<PeerAddr>().map(|p| p.0.ip()));
-        let host = parts.uri.host().or_else(|| {
-            parts
-                .headers
+        let host = uri.host().or_else(|| {
+            headers
                 .get(http::header::HOST)
                 .and_then(|h| h.to_str().ok())
                 .map(strip_port)
         });
         RequestView {
-            method: parts.method.as_str(),
-            path: parts.uri.path(),
-            query: parts.uri.query(),
+            method: method.as_str(),
+            path: uri.path(),
+            query: uri.query(),
             host,
-            headers: &parts.headers,
+            headers,
             peer,
             route: ext
                 .get::<axum::extract::MatchedPath>()

@@ -73,7 +73,9 @@ trap stop_all EXIT
 WRAP=()
 if [ "$COUNT" = callgrind ]; then
   NGINX=
-  WRAP=(valgrind --tool=callgrind --instr-atstart=no "--callgrind-out-file=$OUT/cg.%p")
+  # shellcheck source=../../../benches/counting.sh
+  . "$(dirname "$0")/../../../benches/counting.sh"
+  WRAP=("${COUNTING[@]}")
 fi
 wait_port() {
   for _ in $(seq 1200); do
@@ -165,17 +167,6 @@ fi
 
 cpu_of() { local t=0 p; for p in "$@"; do t=$((t + $(awk '{ print $14 + $15 }' "/proc/$p/stat"))); done; echo "$t"; }
 TICK_US=$((1000000 / $(getconf CLK_TCK)))
-# The instructions callgrind counted in process $1 while the command after
-# it ran.
-counted() {
-  local pid=$1; shift
-  callgrind_control -i on "$pid" >/dev/null 2>&1
-  "$@"
-  # Dumped while still counting: a dump after switching off has lost some.
-  callgrind_control -d "$pid" >/dev/null 2>&1
-  callgrind_control -i off "$pid" >/dev/null 2>&1
-  awk '/^totals:/ { print $2; exit }' "$(ls -t "$OUT/cg.$pid".* | head -1)"
-}
 run() { # round shape name port pids...
   local round=$1 shape=$2 name=$3 port=$4 before out used; shift 4
   if [ "$COUNT" = callgrind ] && [ "$name" != direct ]; then
