@@ -117,7 +117,7 @@ pub use answer::{problem_json, BodyWriter, Reason, Refusal};
 pub use body::LimitBody;
 pub use cost::{Cost, CostError, CostFn, Reconcile, ReportedCost};
 pub use digest::{digest, digest_bytes};
-pub use ip::{parse_hop, ClientIp, ForwardedHeader, IpPrefix};
+pub use ip::{parse_hop, push_ipv4, ClientIp, ForwardedHeader, IpPrefix};
 pub use key::{HeaderKey, Key, KeyError, MAX_KEY_BYTES};
 pub use layer::{BuildError, RateLimit, RateLimitBuilder};
 pub use matcher::Matcher;

@@ -80,26 +80,11 @@ pub(crate) fn append_forwarded(headers: &mut HeaderMap, peer: SocketAddr) {
     }
 }
 
-/// Appends `ip` as its `Display` writes it. An IPv4 address, nearly every
-/// request's, is written by hand: through `core::fmt` each octet goes
-/// through a padding formatter, about 700 instructions per address
-/// (callgrind; docs/PERFORMANCE.md, "Server"), against a few dozen.
+/// Appends `ip` as its `Display` writes it (an IPv4 address, nearly every
+/// request's, without `core::fmt`: see [`tollgate_http::push_ipv4`]).
 fn push_ip(out: &mut String, ip: IpAddr) {
     match ip {
-        IpAddr::V4(v4) => {
-            for (i, octet) in v4.octets().into_iter().enumerate() {
-                if i > 0 {
-                    out.push('.');
-                }
-                if octet >= 100 {
-                    out.push(char::from(b'0' + octet / 100));
-                }
-                if octet >= 10 {
-                    out.push(char::from(b'0' + octet / 10 % 10));
-                }
-                out.push(char::from(b'0' + octet % 10));
-            }
-        }
+        IpAddr::V4(v4) => tollgate_http::push_ipv4(out, v4),
         // Writing to a String cannot fail.
         IpAddr::V6(v6) => {
             let _ = write!(out, "{v6}");
