@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
-use tollgate::top::{Hit, Top, TopConfig};
+use tollgate::top::{HeavyHitters, Hit, Top, TopConfig};
 use tollgate::{
     Algorithm, Backend, BackendError, BackendExt, Clock, Decision, Limit, MonotonicClock, Policy,
     Quota, UnixClock,
@@ -241,13 +241,17 @@ struct Active<B: Backend> {
 
 /// A configured limit's policies, prepared; `None` for a policy the store
 /// refused (prepared again by each request, which reports the refusal).
+/// With them, the limit's heavy-hitter summary, found once here rather
+/// than by name on every request (`None` beyond the summaries' bound on
+/// rules).
 struct EntryPolicies<P> {
     limit: Option<P>,
     counting: Option<P>,
+    top: Option<Arc<HeavyHitters>>,
 }
 
 impl<B: Backend> Active<B> {
-    fn new(config: Config, backend: &B) -> Self {
+    fn new(config: Config, backend: &B, top: &Top) -> Self {
         let prepare = |policy: &Policy| backend.prepare(policy).ok();
         let prepared = config
             .entries()
@@ -258,6 +262,7 @@ impl<B: Backend> Active<B> {
                     _ => None,
                 },
                 counting: entry.upstream.as_ref().and_then(|u| prepare(&u.counting)),
+                top: top.rule(&entry.path),
             })
             .collect();
         Active {
@@ -297,12 +302,13 @@ impl<B: Backend> Engine<B> {
 
     /// An engine answering by `answers`.
     pub fn with_answers(config: Config, backend: B, answers: Answers) -> Self {
+        let top = Arc::new(Top::new(TopConfig::default()));
         Engine {
-            active: ArcSwap::from_pointee(Active::new(config, &backend)),
+            active: ArcSwap::from_pointee(Active::new(config, &backend, &top)),
             backend,
             answers,
             fallback: None,
-            top: Arc::new(Top::new(TopConfig::default())),
+            top,
             clock: Arc::new(MonotonicClock::new()),
             loaded_at: AtomicU64::new(0),
             wall: Arc::new(UnixClock::new()),
@@ -347,6 +353,10 @@ impl<B: Backend> Engine<B> {
     pub fn with_top(mut self, config: TopConfig, clock: impl Clock + 'static) -> Self {
         self.top = Arc::new(Top::new(config));
         self.clock = Arc::new(clock);
+        // The limits' summaries are found when a configuration is put in
+        // force: found again, in the new summaries.
+        let config = Config::clone(&self.active.load().config);
+        self.active = ArcSwap::from_pointee(Active::new(config, &self.backend, &self.top));
         self
     }
 
@@ -371,6 +381,7 @@ impl<B: Backend> Engine<B> {
     /// the client's to invent), and a refund is no hit: neither is counted.
     fn count_top(
         &self,
+        policies: Option<&EntryPolicies<B::Prepared>>,
         entry: &LimitEntry,
         key: &str,
         descriptor: &DescriptorRequest,
@@ -380,10 +391,12 @@ impl<B: Backend> Engine<B> {
         if descriptor.limit.is_some() || descriptor.negative || hits == 0 {
             return;
         }
+        let Some(top) = policies.and_then(|p| p.top.as_ref()) else {
+            return;
+        };
         let hit = Hit::decided(allowed, entry.shadow);
         let key = crate::secret::shown_key(&entry.secret, key);
-        self.top
-            .record(&entry.path, self.clock.now(), &key, hit, hits);
+        top.record(self.clock.now(), &key, hit, hits);
     }
 
     /// The same, answering `on_store_error: fallback` from `fallback`.
@@ -427,7 +440,7 @@ impl<B: Backend> Engine<B> {
         // Prepared before the swap: a policy kept across the reload keeps
         // its state in the store (the memory store's limiter, its keys).
         self.active
-            .store(Arc::new(Active::new(config, &self.backend)));
+            .store(Arc::new(Active::new(config, &self.backend, &self.top)));
         self.loaded_at.store(self.wall.now(), Ordering::Relaxed);
     }
 
@@ -544,11 +557,13 @@ impl<B: Backend> Engine<B> {
         entry: &LimitEntry,
     ) -> Result<DescriptorStatus, CheckError> {
         let label = metrics::Label::new(entry, &descriptor.entries);
+        let policies = active.policies(entry);
         if self.answers.counting == Counting::Upstream {
             if let Some(upstream) = &entry.upstream {
-                let slot = active.policies(entry).and_then(|p| p.counting.as_ref());
                 return self
-                    .count(key, hits, charge, descriptor, entry, upstream, slot, &label)
+                    .count(
+                        key, hits, charge, descriptor, entry, upstream, policies, &label,
+                    )
                     .await;
             }
         }
@@ -556,7 +571,7 @@ impl<B: Backend> Engine<B> {
             Action::Unlimited => return Ok(DescriptorStatus::unlimited_ok(None)),
             Action::Block => {
                 label.decided(hits, false, false, entry.shadow);
-                self.count_top(entry, key, descriptor, hits, false);
+                self.count_top(policies, entry, key, descriptor, hits, false);
                 let period_ns = entry.upstream.as_ref().map(|u| u.period_ns);
                 return Ok(DescriptorStatus {
                     code: shadowed(Code::OverLimit, entry.shadow),
@@ -568,7 +583,7 @@ impl<B: Backend> Engine<B> {
             }
             Action::Limit(policy) => policy,
         };
-        let slot = active.policies(entry).and_then(|p| p.limit.as_ref());
+        let slot = policies.and_then(|p| p.limit.as_ref());
         let result = async {
             let prepared = self.prepared(slot, policy)?;
             if descriptor.negative {
@@ -599,7 +614,7 @@ impl<B: Backend> Engine<B> {
         let used = decision.limit.saturating_sub(decision.remaining);
         let near = decision.allowed && used > self.answers.near_threshold(decision.limit);
         label.decided(hits, decision.allowed, near, entry.shadow);
-        self.count_top(entry, key, descriptor, hits, decision.allowed);
+        self.count_top(policies, entry, key, descriptor, hits, decision.allowed);
         let code = if decision.allowed {
             Code::Ok
         } else {
@@ -633,10 +648,11 @@ impl<B: Backend> Engine<B> {
         descriptor: &DescriptorRequest,
         entry: &LimitEntry,
         upstream: &UpstreamLimit,
-        counting: Option<&B::Prepared>,
+        policies: Option<&EntryPolicies<B::Prepared>>,
         label: &metrics::Label,
     ) -> Result<DescriptorStatus, CheckError> {
         let negative = descriptor.negative;
+        let counting = policies.and_then(|p| p.counting.as_ref());
         let result = async {
             let counting = self.prepared(counting, &upstream.counting)?;
             if negative {
@@ -668,7 +684,7 @@ impl<B: Backend> Engine<B> {
         let count = upstream.requests_per_unit - remaining;
         let near = !over && count > self.answers.near_threshold(upstream.requests_per_unit);
         label.decided(hits, !over, near, entry.shadow);
-        self.count_top(entry, key, descriptor, hits, !over);
+        self.count_top(policies, entry, key, descriptor, hits, !over);
         let reset = if reset_after > 0 {
             reset_after
         } else {

@@ -18,7 +18,8 @@ pub const MIN_SUB_WINDOW: Duration = Duration::from_secs(1);
 pub const MAX_SUB_WINDOW: Duration = Duration::from_secs(3600);
 /// The most sub-windows kept.
 pub const MAX_SUB_WINDOWS: usize = 1440;
-/// The most keys one limit's summaries hold (keys × sub-windows): about
+/// The most keys one limit's summaries hold (keys × sub-windows × stripes,
+/// the stripes cut down to stay within, see [`TopSettings::shape`]): about
 /// 150 bytes each plus the key, so some 200 MB per limit at most.
 pub const MAX_TRACKED: usize = 1_000_000;
 
@@ -91,16 +92,46 @@ impl TopSettings {
             );
         }
         let sub_window_ns = u64::try_from(sub_window.as_nanos()).unwrap_or(u64::MAX);
-        TopConfig::new(keys, sub_window_ns, sub_windows).map_err(|e| TopShapeError {
-            setting: "keys",
-            message: e.to_string(),
-        })
+        let shape =
+            TopConfig::new(keys, sub_window_ns, sub_windows).map_err(|e| TopShapeError {
+                setting: "keys",
+                message: e.to_string(),
+            })?;
+        // One stripe per core (up to 8) while the keys held stay within
+        // the bound: what a file may say then does not depend on the cores.
+        let fitting = MAX_TRACKED / (keys * sub_windows);
+        let mut stripes = shape.stripe_count();
+        while stripes > fitting {
+            stripes /= 2;
+        }
+        Ok(shape.stripes(stripes))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stripes_are_cut_down_to_keep_the_bound_on_keys_held() {
+        let at_most = |keys, sub_windows| {
+            let shape = TopSettings {
+                keys: Some(keys),
+                sub_windows: Some(sub_windows),
+                ..TopSettings::default()
+            }
+            .shape()
+            .expect("valid");
+            assert!(keys * sub_windows * shape.stripe_count() <= MAX_TRACKED);
+            shape.stripe_count()
+        };
+        assert_eq!(at_most(10_000, 100), 1);
+        assert_eq!(
+            at_most(100, 60),
+            TopConfig::default().stripe_count(),
+            "the default shape keeps one stripe per core"
+        );
+    }
 
     #[test]
     fn nothing_given_is_the_librarys_default() {

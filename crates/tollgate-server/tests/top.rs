@@ -164,15 +164,19 @@ async fn the_engines_summaries_follow_its_clock() {
     };
     engine.check(&request(sent)).await.unwrap();
 
+    // Every limit of the file has its summary from the start; the limit
+    // the request sent itself has none.
     let rules = engine.top().rules();
     let names: Vec<&str> = rules.iter().map(|(name, _)| &**name).collect();
-    assert_eq!(names, ["api.user"]);
+    assert_eq!(names, ["api.tenant", "api.user"]);
     let minute = 60_000_000_000;
-    let report = rules[0].1.report(engine.top_now(), minute, 10);
+    let tenant = rules[0].1.report(engine.top_now(), minute, 10);
+    assert_eq!(tenant.totals.total(), 0);
+    let report = rules[1].1.report(engine.top_now(), minute, 10);
     assert_eq!(report.totals.total(), 1);
     assert_eq!(report.keys[0].key, "api/user=ada");
     clock.advance(Duration::from_secs(61));
-    let report = rules[0].1.report(engine.top_now(), minute, 10);
+    let report = rules[1].1.report(engine.top_now(), minute, 10);
     assert_eq!(report.totals.total(), 0);
     assert!(report.keys.is_empty());
 }

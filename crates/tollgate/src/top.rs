@@ -14,8 +14,8 @@
 //! - every reported count [`KeyCount::hits`] is at least the key's true
 //!   count and at most [`KeyCount::error`] above it;
 //! - every `error` is at most the window's [`WindowReport::error_bound`],
-//!   the sum over its sub-windows of the smallest count of each full one,
-//!   which is at most `N / k`;
+//!   the sum over its sub-windows (of every stripe, below) of the smallest
+//!   count of each full one, which is at most `N / k`;
 //! - every key whose true count exceeds `error_bound` is reported (when
 //!   the report is not cut shorter than the candidates,
 //!   [`HeavyHitters::report`] with `n` large enough): a key missing from
@@ -27,10 +27,25 @@
 //!   tracked: lower bounds, each at most `error` below the truth;
 //! - the window's totals ([`WindowReport::totals`]) are exact.
 //!
+//! # Threads
+//!
+//! Each thread records into a stripe of its own (threads are given stripes
+//! in turn as they first record, [`TopConfig::stripes`] of them, by default
+//! one per core up to 8), each stripe a ring of sub-windows behind its own
+//! lock. Threads serving requests side by side then neither wait for one
+//! another nor pull the summary's memory from each other's cache, which a
+//! single lock per rule made cost more than the summary's own work.
+//! A report merges every stripe's sub-windows as it merges sub-windows: the
+//! stripes split the hits into disjoint streams as time does, so the bounds
+//! below hold unchanged, with `N` every hit of the window whichever thread
+//! recorded it (each stripe's smallest count is at most its share of the
+//! hits over `k`, and the shares add up to `N`).
+//!
 //! # Memory
 //!
-//! At most `k` keys per sub-window, whatever the number of distinct keys:
-//! `k × sub_windows` keys per rule, and [`Top`] tracks at most
+//! At most `k` keys per sub-window and stripe, whatever the number of
+//! distinct keys: `k × sub_windows × stripes` keys per rule (a stripe no
+//! thread records into holds nothing), and [`Top`] tracks at most
 //! [`TopConfig::max_rules`] rules. Each sub-window's index of its keys
 //! holds at most `4k` entries (an evicted key's entry is left until the
 //! index is made anew, which spares a lookup per new key). A hit allocates
@@ -55,6 +70,7 @@
 mod space_saving;
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
@@ -150,6 +166,7 @@ pub struct TopConfig {
     sub_window_ns: u64,
     sub_windows: usize,
     max_rules: usize,
+    stripes: usize,
 }
 
 impl TopConfig {
@@ -161,6 +178,10 @@ impl TopConfig {
     pub const DEFAULT_SUB_WINDOWS: usize = 60;
     /// The default bound on the rules a [`Top`] tracks.
     pub const DEFAULT_MAX_RULES: usize = 1024;
+    /// The most stripes a summary is cut into.
+    pub const MAX_STRIPES: usize = 64;
+    /// The most stripes given by default, whatever the number of cores.
+    const DEFAULT_MAX_STRIPES: usize = 8;
 
     /// `capacity` keys per sub-window of `sub_window_ns`, `sub_windows` of
     /// them kept (the longest window reported is their product).
@@ -183,6 +204,7 @@ impl TopConfig {
             sub_window_ns,
             sub_windows,
             max_rules: Self::DEFAULT_MAX_RULES,
+            stripes: default_stripes(),
         })
     }
 
@@ -193,7 +215,22 @@ impl TopConfig {
         self
     }
 
-    /// Keys kept per sub-window (`k`).
+    /// The same, with each summary cut into `stripes` stripes, one for
+    /// each thread recording side by side (see the module docs), rounded up
+    /// to a power of two from 1 to [`TopConfig::MAX_STRIPES`]: 1 for a
+    /// single-threaded caller, which then keeps at most `k × sub_windows`
+    /// keys per rule. By default, one per core up to 8.
+    pub fn stripes(mut self, stripes: usize) -> Self {
+        self.stripes = stripes.clamp(1, Self::MAX_STRIPES).next_power_of_two();
+        self
+    }
+
+    /// How many stripes each summary is cut into (a power of two).
+    pub fn stripe_count(&self) -> usize {
+        self.stripes
+    }
+
+    /// Keys kept per sub-window and stripe (`k`).
     pub fn capacity(&self) -> usize {
         self.capacity
     }
@@ -221,8 +258,28 @@ impl Default for TopConfig {
             sub_window_ns: Self::DEFAULT_SUB_WINDOW_NS,
             sub_windows: Self::DEFAULT_SUB_WINDOWS,
             max_rules: Self::DEFAULT_MAX_RULES,
+            stripes: default_stripes(),
         }
     }
+}
+
+/// One stripe per core, up to [`TopConfig::DEFAULT_MAX_STRIPES`].
+fn default_stripes() -> usize {
+    std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(TopConfig::DEFAULT_MAX_STRIPES)
+        .next_power_of_two()
+}
+
+/// The calling thread's stripe number, before it is reduced to a summary's
+/// stripes: threads take the next number as they first record, so the
+/// threads of a pool get distinct stripes while there are enough of them.
+fn thread_stripe() -> usize {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static STRIPE: usize = NEXT.fetch_add(1, Ordering::Relaxed);
+    }
+    STRIPE.with(|stripe| *stripe)
 }
 
 /// How a key is shown in a report: as recorded, or through a one-way
@@ -278,8 +335,13 @@ impl WindowReport {
 pub struct HeavyHitters {
     config: TopConfig,
     show: Option<ShowKey>,
-    ring: Mutex<Ring>,
+    stripes: Box<[Stripe]>,
 }
+
+/// One stripe's ring, on cache lines of its own so that two threads
+/// recording into neighbouring stripes do not share a line.
+#[repr(align(128))]
+struct Stripe(Mutex<Ring>);
 
 /// The sub-windows kept.
 struct Ring {
@@ -317,16 +379,19 @@ impl Ring {
 impl HeavyHitters {
     /// A summary of `config`'s shape, showing keys as recorded.
     pub fn new(config: TopConfig) -> Self {
-        let windows = (0..config.sub_windows)
-            .map(|_| (EMPTY, Summary::new(config.capacity)))
-            .collect();
+        let stripe = || {
+            let windows = (0..config.sub_windows)
+                .map(|_| (EMPTY, Summary::new(config.capacity)))
+                .collect();
+            Stripe(Mutex::new(Ring {
+                windows,
+                current: None,
+            }))
+        };
         HeavyHitters {
             config,
             show: None,
-            ring: Mutex::new(Ring {
-                windows,
-                current: None,
-            }),
+            stripes: (0..config.stripes).map(|_| stripe()).collect(),
         }
     }
 
@@ -342,16 +407,36 @@ impl HeavyHitters {
         &self.config
     }
 
-    /// The keys held now, over every sub-window kept: never more than
-    /// `capacity × sub_windows`.
+    /// The keys held now, over every sub-window and stripe kept: never
+    /// more than `capacity × sub_windows` per stripe recorded into.
     pub fn tracked(&self) -> usize {
-        self.ring.lock().windows.iter().map(|(_, s)| s.len()).sum()
+        self.stripes
+            .iter()
+            .map(|stripe| {
+                stripe
+                    .0
+                    .lock()
+                    .windows
+                    .iter()
+                    .map(|(_, s)| s.len())
+                    .sum::<usize>()
+            })
+            .sum()
     }
 
     /// Counts `hits` hits of `key` at `now_ns`, as `hit`.
     pub fn record(&self, now_ns: u64, key: &str, hit: Hit, hits: u64) {
+        self.record_on(thread_stripe(), now_ns, key, hit, hits);
+    }
+
+    /// [`HeavyHitters::record`] into the stripe numbered `stripe` (taken
+    /// modulo the stripes there are), for a caller that numbers its own
+    /// threads (a worker's index): every number gives the same reports, and
+    /// threads that keep to numbers of their own never wait for each other.
+    pub fn record_on(&self, stripe: usize, now_ns: u64, key: &str, hit: Hit, hits: u64) {
         let sub = self.config.sub_window_ns;
-        let mut ring = self.ring.lock();
+        // The stripe count is a power of two: a mask, not a division.
+        let mut ring = self.stripes[stripe & (self.stripes.len() - 1)].0.lock();
         let place = match ring.current {
             Some((start, place)) if now_ns >= start && now_ns - start < sub => place,
             _ => match ring.enter(now_ns, sub) {
@@ -371,17 +456,26 @@ impl HeavyHitters {
     pub fn lower_bound(&self, now_ns: u64, window_ns: u64, key: &str) -> (u64, u64) {
         let (oldest, current) = self.epochs(now_ns, window_ns);
         let (mut seen, mut dropped) = (0u64, 0u64);
-        let ring = self.ring.lock();
-        for (held, summary) in ring.windows.iter() {
-            if *held == EMPTY || *held < oldest || *held > current {
-                continue;
-            }
+        self.each_summary(oldest, current, |summary| {
             dropped = dropped.saturating_add(summary.untracked_bound());
             if let Some(slot) = summary.get(key) {
                 seen = seen.saturating_add(slot.count - slot.error);
             }
-        }
+        });
         (seen, dropped)
+    }
+
+    /// Calls `f` with each summary, of every stripe, of the sub-windows
+    /// `oldest` to `current`, one stripe locked at a time.
+    fn each_summary(&self, oldest: u64, current: u64, mut f: impl FnMut(&Summary)) {
+        for stripe in self.stripes.iter() {
+            let ring = stripe.0.lock();
+            for (held, summary) in ring.windows.iter() {
+                if *held != EMPTY && (oldest..=current).contains(held) {
+                    f(summary);
+                }
+            }
+        }
     }
 
     /// The oldest and the current sub-window of the last `window_ns`.
@@ -404,39 +498,33 @@ impl HeavyHitters {
         // Per key: sums over the sub-windows holding it, and the sum of
         // those sub-windows' own bounds (replaced by the key's counts).
         let mut merged: HashMap<String, (KeyCount, u64)> = HashMap::new();
-        {
-            let ring = self.ring.lock();
-            for (held, summary) in ring.windows.iter() {
-                if *held == EMPTY || *held < oldest || *held > current {
-                    continue;
-                }
-                totals.merge(&summary.totals);
-                let bound = summary.untracked_bound();
-                error_bound = error_bound.saturating_add(bound);
-                for slot in summary.tracked() {
-                    let (key, bounds) = merged.entry(slot.key.to_string()).or_insert_with(|| {
-                        (
-                            KeyCount {
-                                key: String::new(),
-                                hits: 0,
-                                error: 0,
-                                counts: Counts::default(),
-                            },
-                            0,
-                        )
-                    });
-                    key.hits = key.hits.saturating_add(slot.count);
-                    key.error = key.error.saturating_add(slot.error);
-                    key.counts.merge(&slot.counts);
-                    *bounds = bounds.saturating_add(bound);
-                }
+        self.each_summary(oldest, current, |summary| {
+            totals.merge(&summary.totals);
+            let bound = summary.untracked_bound();
+            error_bound = error_bound.saturating_add(bound);
+            for slot in summary.tracked() {
+                let (key, bounds) = merged.entry(slot.key.to_string()).or_insert_with(|| {
+                    (
+                        KeyCount {
+                            key: String::new(),
+                            hits: 0,
+                            error: 0,
+                            counts: Counts::default(),
+                        },
+                        0,
+                    )
+                });
+                key.hits = key.hits.saturating_add(slot.count);
+                key.error = key.error.saturating_add(slot.error);
+                key.counts.merge(&slot.counts);
+                *bounds = bounds.saturating_add(bound);
             }
-        }
+        });
         let mut keys: Vec<KeyCount> = merged
             .into_iter()
             .map(|(name, (mut key, bounds))| {
                 // Where the key was not tracked, it had at most that
-                // sub-window's bound.
+                // sub-window's (and stripe's) bound.
                 let missing = error_bound - bounds;
                 key.hits = key.hits.saturating_add(missing);
                 key.error = key.error.saturating_add(missing);
