@@ -69,6 +69,7 @@
 
 mod space_saving;
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -276,10 +277,19 @@ fn default_stripes() -> usize {
 /// threads of a pool get distinct stripes while there are enough of them.
 fn thread_stripe() -> usize {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
+    /// `usize::MAX` until the thread first records: a constant initial
+    /// value makes every later read one load, with no lazy-init check.
     thread_local! {
-        static STRIPE: usize = NEXT.fetch_add(1, Ordering::Relaxed);
+        static STRIPE: Cell<usize> = const { Cell::new(usize::MAX) };
     }
-    STRIPE.with(|stripe| *stripe)
+    STRIPE.with(|stripe| match stripe.get() {
+        usize::MAX => {
+            let taken = NEXT.fetch_add(1, Ordering::Relaxed) % TopConfig::MAX_STRIPES;
+            stripe.set(taken);
+            taken
+        }
+        taken => taken,
+    })
 }
 
 /// How a key is shown in a report: as recorded, or through a one-way
@@ -433,6 +443,9 @@ impl HeavyHitters {
     /// modulo the stripes there are), for a caller that numbers its own
     /// threads (a worker's index): every number gives the same reports, and
     /// threads that keep to numbers of their own never wait for each other.
+    // Always inlined: `record` then costs no call more than before stripes,
+    // and the summary's own `record` keeps a single caller, inlined too.
+    #[inline(always)]
     pub fn record_on(&self, stripe: usize, now_ns: u64, key: &str, hit: Hit, hits: u64) {
         let sub = self.config.sub_window_ns;
         // The stripe count is a power of two: a mask, not a division.
