@@ -277,8 +277,8 @@ fn default_stripes() -> usize {
 /// threads of a pool get distinct stripes while there are enough of them.
 fn thread_stripe() -> usize {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
-    /// `usize::MAX` until the thread first records: a constant initial
-    /// value makes every later read one load, with no lazy-init check.
+    // `usize::MAX` until the thread first records: a constant initial
+    // value makes every later read one load, with no lazy-init check.
     thread_local! {
         static STRIPE: Cell<usize> = const { Cell::new(usize::MAX) };
     }
