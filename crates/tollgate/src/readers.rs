@@ -40,15 +40,28 @@ const FREE: Slot = Slot {
 
 static TABLE: [Slot; SLOTS] = [FREE; SLOTS];
 
+/// A thread's reads without the lock are refused one time in this many, so
+/// that its caller takes the lock now and then and sees whether the
+/// contention that sent it here is still there (a read writes nothing, so
+/// it cannot tell; alone on a key, the locked path is the cheaper one).
+const LOCKED_EVERY: u32 = 64;
+
 /// One past the highest slot ever claimed: [`wait`] looks at no more.
 static USED: AtomicUsize = AtomicUsize::new(0);
 
-/// The slot a thread claimed, given back when the thread ends.
-struct Claim(Cell<Option<usize>>);
+/// The slot a thread claimed, given back when the thread ends, and its
+/// reads so far (see [`enter`]).
+struct Claim(Cell<Option<usize>>, Cell<u32>);
 
 impl Claim {
-    /// The thread's slot, claimed on first use; `None` if all are taken.
+    /// The thread's slot, claimed on first use; `None` if all are taken,
+    /// and for one call in [`LOCKED_EVERY`].
     fn index(&self) -> Option<usize> {
+        let calls = self.1.get().wrapping_add(1);
+        self.1.set(calls);
+        if calls % LOCKED_EVERY == 0 {
+            return None;
+        }
         if let Some(index) = self.0.get() {
             return Some(index);
         }
@@ -73,7 +86,7 @@ impl Drop for Claim {
 }
 
 thread_local! {
-    static CLAIM: Claim = const { Claim(Cell::new(None)) };
+    static CLAIM: Claim = const { Claim(Cell::new(None), Cell::new(0)) };
 }
 
 /// An optimistic read in progress on this thread: until it drops, no
@@ -83,7 +96,8 @@ pub(crate) struct Reading {
 }
 
 /// Announces a read; `None` if this thread has no slot (all taken, or the
-/// thread is ending), and the caller must take the lock instead.
+/// thread is ending), and for one read in [`LOCKED_EVERY`] on a thread: the
+/// caller must then take the lock instead.
 ///
 /// The announcement is a sequentially consistent read-modify-write of the
 /// thread's own slot, and the caller then loads the lock word sequentially

@@ -62,11 +62,12 @@ fn tail(homes: usize) -> usize {
 /// A bit copy of the value `eq` picks among those of `hash`, in the table
 /// whose control bytes, slots and home bucket count are `tags`, `slots` and
 /// `homes`, read while writers may be changing it (see `Probe::peek`):
-/// every byte is read by a volatile read, and `eq` gets each candidate's
+/// a candidate's bits are copied by a volatile read, and `eq` gets each
 /// copy, which it must check is whole (no writer came) before taking it
-/// for a `T`: a torn copy may not be a valid `T` at all. The probe stays inside the table whatever it reads: the padding
-/// control bytes after the last bucket are never written, so it stops
-/// there at the latest, as [`Table::find_index`] does.
+/// for a `T`: a torn copy may not be a valid `T` at all. The probe stays
+/// inside the table whatever it reads: the padding control bytes after the
+/// last bucket are never written, so it stops there at the latest, as
+/// [`Table::find_index`] does.
 ///
 /// # Safety
 ///
@@ -86,10 +87,10 @@ pub(crate) unsafe fn peek<T>(
     let mut index = home(hash, homes);
     loop {
         // SAFETY: as in `Table::group`: `index` is a bucket or the first
-        // padding byte, with `GROUP` bytes after it.
-        let group = u64::from_le_bytes(unsafe {
-            std::ptr::read_volatile((tags + index) as *const [u8; GROUP])
-        });
+        // padding byte, with `GROUP` bytes after it. One unaligned load (a
+        // volatile read of 8 bytes compiled to 8 loads and 14 shifts and
+        // ors); whatever it reads, the probe stays in bounds (above).
+        let group = u64::from_le(unsafe { ((tags + index) as *const u64).read_unaligned() });
         let empty = !group & HIGH;
         let same = group ^ wanted;
         let mut matches = same.wrapping_sub(LOW) & !same & HIGH;
