@@ -15,8 +15,9 @@
 //! word itself: taking the lock stays a compare-and-swap from 0, which
 //! needs no load first, and a writer bumps the version with a plain add on
 //! the line it already holds (a version in the lock word cost the check
-//! 4–6 instructions more, counted by callgrind). Releasing is a plain
-//! store: only the holder writes the lock word.
+//! 4–6 instructions more, counted by callgrind; so did the waiting loop
+//! inlined into every caller). Releasing is a plain store: only the
+//! holder writes the lock word.
 
 use std::cell::UnsafeCell;
 use std::ops::{Deref, DerefMut};
@@ -56,26 +57,45 @@ impl<T> ShardLock<T> {
     /// someone else did when asked.
     #[inline]
     pub(crate) fn write(&self) -> (WriteGuard<'_, T>, bool) {
+        if self.try_take() {
+            return (self.taken(), false);
+        }
+        self.write_contended()
+    }
+
+    /// [`Self::write`] once the first try failed: waits for the holder.
+    #[cold]
+    #[inline(never)]
+    fn write_contended(&self) -> (WriteGuard<'_, T>, bool) {
         let mut backoff = Backoff::default();
-        let mut waited = false;
         loop {
-            if self
-                .held
-                .compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed)
-                .is_ok()
-            {
-                // Release: a reader that sees a write made under this lock
-                // sees the new version too, and discards its copy.
-                let version = self.version.load(Ordering::Relaxed);
-                self.version.store(version + 1, Ordering::Release);
-                fence(Ordering::Release);
-                return (WriteGuard { lock: self }, waited);
-            }
-            waited = true;
             while self.held.load(Ordering::Relaxed) != 0 {
                 backoff.wait();
             }
+            if self.try_take() {
+                return (self.taken(), true);
+            }
         }
+    }
+
+    /// Takes the lock if nobody holds it. (Not the weak exchange: a failure
+    /// is taken for someone in the way, which a spurious one is not.)
+    #[inline(always)]
+    fn try_take(&self) -> bool {
+        self.held
+            .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    /// The guard of the lock just taken, once the version says so.
+    #[inline(always)]
+    fn taken(&self) -> WriteGuard<'_, T> {
+        // Release: a reader that sees a write made under this lock sees the
+        // new version too, and discards its copy.
+        let version = self.version.load(Ordering::Relaxed);
+        self.version.store(version + 1, Ordering::Release);
+        fence(Ordering::Release);
+        WriteGuard { lock: self }
     }
 
     /// The version to check an optimistic read against ([`Self::unchanged`]),
