@@ -28,9 +28,8 @@ struct Locked<K, V> {
     /// set when a denial was decided after waiting for the lock (threads
     /// queueing for a key they are refused), cleared by the next charge or
     /// when [`Probe::peek`], taking the lock now and then, does not wait for
-    /// it. Uncontended, the locked
-    /// path is the faster one (it looks the key up once whatever the
-    /// answer). Written only when it changes.
+    /// it. Uncontended, the locked path is the faster one (it looks the key
+    /// up once whatever the answer). Written only when it changes.
     peek_first: AtomicBool,
     shard: ShardLock<Shard<K, V>>,
 }
@@ -117,9 +116,9 @@ impl<'a, K, V> Probe<'a, K, V> {
 
     /// Sets whether denials in this shard are first tried without the lock.
     #[inline(always)]
-    pub(crate) fn set_peek_first(&self, shared: bool) {
-        if self.peek_first() != shared {
-            self.locked.peek_first.store(shared, Ordering::Relaxed);
+    pub(crate) fn set_peek_first(&self, on: bool) {
+        if self.peek_first() != on {
+            self.locked.peek_first.store(on, Ordering::Relaxed);
         }
     }
 
