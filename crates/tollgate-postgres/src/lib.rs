@@ -7,8 +7,8 @@
 //! none. A charge against a single token bucket, GCRA or leaky meter is
 //! first tried as one plain `UPDATE` (`sql/bucket_charge.sql`, one
 //! statement per policy with its numbers written in), which admits it as
-//! the function would at the statement's start; a charge it does not admit,
-//! or a key whose last time is later, takes the function, a second round
+//! the function would at the statement's start (or the key's last time, if
+//! later); a charge it does not admit takes the function, a second round
 //! trip.
 //!
 //! Decisions are those of `tollgate-core`, to the nanosecond: the function

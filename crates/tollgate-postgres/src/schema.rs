@@ -59,57 +59,47 @@ pub(crate) enum ChargeClock {
 const IDLE_ROUNDING_NS: u128 = 60_000_000_000;
 
 /// `CHARGED` and `ADMITTED` of `sql/bucket_charge.sql` for `algorithm`,
-/// with `@START@` the charge's time, `@L@` the limit and `@CAP@` the
+/// with `@START@` the statement's time, `@L@` the limit and `@CAP@` the
 /// capacity in ticks, `$3` the cost in ticks. Each state is reduced to its
-/// debt as `_bucket_family` does, at START (never before the key's last
-/// time, which the statement checks), written with as few operators as the
-/// algorithm allows: a comparison with the capacity that the cost alone
-/// always passes (cost <= capacity) is left out.
+/// debt as `_bucket_family` does at NOW, the later of START and the key's
+/// last time (a write this statement waited for), written with as few
+/// operators as the algorithm allows: a comparison with the capacity that
+/// the cost alone always passes (cost <= capacity) is left out, and NOW is
+/// spelled out only where START would not do.
 fn charge_terms(algorithm: Algorithm) -> [&'static str; 2] {
     match algorithm {
         // [tokens, last]: the tokens refill from `last` up to the capacity.
         Algorithm::TokenBucket => [
-            "least(@CAP@, r.state[1] + (@START@ - r.state[2]) * @L@) - $3::numeric",
-            "r.state[1] + (@START@ - r.state[2]) * @L@ >= $3::numeric",
+            "least(@CAP@, r.state[1] + greatest(@START@ - r.state[2], 0) * @L@) - $3::numeric",
+            "r.state[1] + greatest(@START@ - r.state[2], 0) * @L@ >= $3::numeric",
         ],
         // [tat, last]: the theoretical arrival time, in ticks since 0; the
-        // debt is what of it lies ahead of now.
+        // debt is what of it lies ahead of now. Every write leaves it at or
+        // after `last * l` (`_bucket_family` at `last * l` plus a debt, this
+        // statement past it), so the TAT is the later of it and START's.
         Algorithm::Gcra => [
             "greatest(r.state[1], @START@ * @L@) + $3::numeric",
-            "r.state[1] + $3::numeric <= @START@ * @L@ + @CAP@",
+            "r.state[1] + $3::numeric <= greatest(@START@, r.state[2]) * @L@ + @CAP@",
         ],
         // [level, last]: the level drains from `last`.
         _ => [
-            "greatest(r.state[1] - (@START@ - r.state[2]) * @L@, 0) + $3::numeric",
-            "r.state[1] - (@START@ - r.state[2]) * @L@ + $3::numeric <= @CAP@",
+            "greatest(r.state[1] - greatest(@START@ - r.state[2], 0) * @L@, 0) + $3::numeric",
+            "r.state[1] - greatest(@START@ - r.state[2], 0) * @L@ + $3::numeric <= @CAP@",
         ],
     }
 }
 
-/// `START`, `FROM` and `IDLE_AT` of `sql/bucket_charge.sql` for `clock`,
-/// with `@AHEAD@` how long the row is kept past START, plus a minute less a
-/// ns.
-fn charge_clock_terms(clock: ChargeClock) -> [&'static str; 3] {
+/// `START` and `FROM` of `sql/bucket_charge.sql` for `clock`.
+fn charge_clock_terms(clock: ChargeClock) -> [&'static str; 2] {
     match clock {
         // The start as an exact integer (`extract` gives microseconds as
-        // decimals), computed once. `idle_at` in `bigint`: the database
-        // clock stays below 2^62 ns until 2116, AHEAD below 2^62 + a minute
-        // (the core keeps every drain time below 2^62 ns), so their sum
-        // below 2^63.
+        // decimals), computed once.
         ChargeClock::Database => [
             "c.start",
             "FROM (SELECT trunc(extract(epoch FROM statement_timestamp()) * 1000000000) AS start \
              WHERE statement_timestamp() <= $4::timestamptz OFFSET 0) AS c",
-            "greatest(r.idle_at, (c.start::bigint + @AHEAD@) / 60000000000 * 60000000000)",
         ],
-        // Any time below 2^63 ns, and any floor: saturated at the largest
-        // `bigint`.
-        ChargeClock::Replayed { .. } => [
-            "$4::numeric",
-            "",
-            "greatest(r.idle_at, least(div($4::numeric + @AHEAD@, 60000000000) * 60000000000, \
-             9223372036854775807)::bigint)",
-        ],
+        ChargeClock::Replayed { .. } => ["$4::numeric", ""],
     }
 }
 
@@ -177,11 +167,10 @@ impl Names {
         };
         let ahead = cap.div_ceil(l).max(floor) + IDLE_ROUNDING_NS - 1;
         let [charged, admitted] = charge_terms(limit.algorithm);
-        let [start, from, idle_at] = charge_clock_terms(clock);
+        let [start, from] = charge_clock_terms(clock);
         let sql = include_str!("../sql/bucket_charge.sql")
             .replace("@CHARGED@", charged)
             .replace("@ADMITTED@", admitted)
-            .replace("@IDLE_AT@", idle_at)
             .replace("@FROM@", from)
             .replace("@START@", start)
             .replace("@L@", &format!("{l}::numeric"))
