@@ -1,23 +1,24 @@
 //! [`PostgresBackend`]: the [`Backend`] of `tollgate` on PostgreSQL.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, UNIX_EPOCH};
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio_postgres::tls::{MakeTlsConnect, TlsConnect};
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{NoTls, Socket};
-use tollgate::{Algorithm, Backend, BackendError, Operation, Outcome, Policy};
+use tollgate::{Backend, BackendError, Operation, Outcome, Policy};
 use tollgate_core::{Decision, Lease, Limit, RetryAfter};
 
 use crate::encoding::{
-    bucket_charge, encode, encode_operation, stored_key, EncodedPolicy, BUCKETS,
+    bucket_charge, bucket_limit, encode, encode_operation, stored_key, EncodedPolicy,
 };
 use crate::errors::{classify, from_pool};
 use crate::numeric::{Integer, Numeric};
-use crate::schema::{self, Migration, Names, DEFAULT_SCHEMA, DEFAULT_TABLE};
+use crate::schema::{self, ChargeClock, Migration, Names, DEFAULT_SCHEMA, DEFAULT_TABLE};
 
 /// Default deadline of every decision (waiting for a connection included).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(50);
@@ -54,20 +55,14 @@ const APPLY_TYPES: [Type; 8] = [
     Type::INT8,
 ];
 
-/// The parameter types of the one-statement charge: the quota's numbers
-/// and the cost are `numeric`, as the statement computes with them, so the
-/// server casts none of them.
-const CHARGE_TYPES: [Type; 9] = [
-    Type::TEXT,
-    Type::INT8,
-    Type::NUMERIC,
-    Type::NUMERIC,
-    Type::NUMERIC,
-    Type::NUMERIC,
-    Type::INT8,
-    Type::INT8,
-    Type::INT8,
-];
+/// The parameter types of the one-statement charge on the database clock:
+/// key, policy, the cost in ticks as `numeric` (the statement computes with
+/// it, uncast) and the caller's deadline, compared with the statement's
+/// start as it is.
+const CHARGE_TYPES: [Type; 4] = [Type::TEXT, Type::INT8, Type::NUMERIC, Type::TIMESTAMPTZ];
+
+/// The same at a replayed time: the time, in ns, instead of the deadline.
+const REPLAYED_CHARGE_TYPES: [Type; 4] = [Type::TEXT, Type::INT8, Type::NUMERIC, Type::NUMERIC];
 
 /// How to reach PostgreSQL and how to use it; [`PostgresConfig::connect`]
 /// makes a [`PostgresBackend`].
@@ -233,7 +228,6 @@ impl PostgresConfig {
             pool,
             sql: Arc::new(Statements {
                 apply: names.apply_sql(),
-                charge: BUCKETS.map(|a| (a, names.charge_sql(a))),
                 reset: names.reset_sql(),
                 cleanup: names.cleanup_sql(),
             }),
@@ -343,8 +337,6 @@ pub struct PostgresBackend {
 
 struct Statements {
     apply: String,
-    /// The one-statement charge of each algorithm of [`BUCKETS`].
-    charge: [(Algorithm, String); 3],
     reset: String,
     cleanup: String,
 }
@@ -406,7 +398,7 @@ impl PostgresBackend {
                 "time {now_ns}ns is beyond the store's range (below 2^63 ns)"
             ))
         })?;
-        let prepared = PreparedPolicy::new(policy);
+        let prepared = PreparedPolicy::new(policy, &self.names);
         self.apply(key, &prepared, op, Some(now), self.replay_floor_ns)
             .await
     }
@@ -457,7 +449,11 @@ impl PostgresBackend {
         now: Option<i64>,
         floor_ns: i64,
     ) -> Result<Lease, BackendError> {
-        let PreparedPolicy { policy, encoded } = prepared;
+        let PreparedPolicy {
+            policy,
+            encoded,
+            charge,
+        } = prepared;
         let (code, amount) = encode_operation(op, policy)?;
         let key = stored_key(&self.prefix, key)?;
         // Past it, the statement charges nothing (only on the database's
@@ -468,38 +464,46 @@ impl PostgresBackend {
                 .saturating_add(self.clock_offset_ns)
                 .saturating_add(timeout)
         });
+        // The one-statement charge, with its statement: the policy's own on
+        // the database clock, one made for the replayed time's floor.
+        let one_statement = bucket_charge(op, policy).and_then(|bucket| {
+            let sql = match now {
+                None => Cow::Borrowed(charge.as_deref()?),
+                Some(_) => Cow::Owned(self.names.charge_sql(
+                    &bucket.limit,
+                    ChargeClock::Replayed {
+                        floor_ns: u64::try_from(floor_ns).unwrap_or(0),
+                    },
+                )),
+            };
+            Some((sql, bucket))
+        });
+        // Its last parameter: the deadline as a timestamp (to the
+        // microsecond), as the statement's start is read, or the replayed
+        // time (not negative: `apply_at` took it from a `u64`).
+        let deadline_at =
+            deadline.map(|ns| UNIX_EPOCH + Duration::from_nanos(u64::try_from(ns).unwrap_or(0)));
+        let replayed = now.map(|ns| Numeric(u128::try_from(ns).unwrap_or(0)));
+        let (charge_types, charge_at): (&[Type], &(dyn ToSql + Sync)) = match &replayed {
+            None => (&CHARGE_TYPES, &deadline_at),
+            Some(at) => (&REPLAYED_CHARGE_TYPES, at),
+        };
         let run = async {
             let client = self.client().await?;
             let db = |e: tokio_postgres::Error| classify(&e, self.timeout);
-            let charge = bucket_charge(op, policy).and_then(|charge| {
-                let (_, sql) = self
-                    .sql
-                    .charge
-                    .iter()
-                    .find(|(a, _)| *a == charge.algorithm)?;
-                Some((sql, charge))
-            });
-            if let Some((sql, charge)) = charge {
+            if let Some((sql, bucket)) = one_statement {
                 // One plain UPDATE admits most charges; a denial or a new
                 // key falls through to the function, which explains it.
                 let statement = client
-                    .prepare_typed_cached(sql, &CHARGE_TYPES)
+                    .prepare_typed_cached(&sql, charge_types)
                     .await
                     .map_err(db)?;
-                let args: [&(dyn ToSql + Sync); 9] = [
-                    &key,
-                    &encoded.id,
-                    &Numeric(charge.limit),
-                    &Numeric(charge.period_ns),
-                    &Numeric(charge.burst),
-                    &Numeric(charge.cost),
-                    &now,
-                    &floor_ns,
-                    &deadline,
-                ];
-                if let Some(row) = client.query_opt(&statement, &args).await.map_err(db)? {
+                let cost = Numeric(bucket.cost_ticks());
+                let args: [&(dyn ToSql + Sync); 4] = [&key, &encoded.id, &cost, charge_at];
+                let row = client.query_opt(&statement, &args).await.map_err(db)?;
+                if let Some(row) = row {
                     let state: Vec<Integer> = row.try_get(0).map_err(db)?;
-                    return charge.answer(&state).map(Vec::from);
+                    return bucket.answer(&state).map(Vec::from);
                 }
             }
             let statement = client
@@ -514,7 +518,7 @@ impl PostgresBackend {
                         &encoded.id,
                         &encoded.limits,
                         &code,
-                        &Numeric(amount),
+                        &Numeric(amount.into()),
                         &now,
                         &floor_ns,
                         &deadline,
@@ -571,19 +575,25 @@ fn wall_clock_ns() -> i64 {
 }
 
 /// A policy as [`PostgresBackend`] keeps it once prepared: with its id
-/// and limits as the database takes them, computed once rather than per
-/// call.
+/// and limits as the database takes them, and the one-statement charge of a
+/// single bucket-family limit with its numbers written in, made once rather
+/// than per call.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PreparedPolicy {
     policy: Policy,
     encoded: EncodedPolicy,
+    /// The one-statement charge on the database clock, for a policy of one
+    /// limit of the bucket family.
+    charge: Option<String>,
 }
 
 impl PreparedPolicy {
-    fn new(policy: &Policy) -> Self {
+    fn new(policy: &Policy, names: &Names) -> Self {
         PreparedPolicy {
             policy: policy.clone(),
             encoded: encode(policy),
+            charge: bucket_limit(policy)
+                .map(|limit| names.charge_sql(&limit, ChargeClock::Database)),
         }
     }
 }
@@ -603,7 +613,7 @@ impl Backend for PostgresBackend {
     type Prepared = Arc<PreparedPolicy>;
 
     fn prepare(&self, policy: &Policy) -> Result<Self::Prepared, BackendError> {
-        Ok(Arc::new(PreparedPolicy::new(policy)))
+        Ok(Arc::new(PreparedPolicy::new(policy, &self.names)))
     }
 
     async fn apply(

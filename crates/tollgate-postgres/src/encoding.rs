@@ -2,6 +2,7 @@
 //! and a flat array of its limits, and the operation's code.
 
 use tollgate::{Algorithm, BackendError, Operation, Policy};
+use tollgate_core::Limit;
 
 use crate::numeric::Integer;
 
@@ -42,31 +43,37 @@ pub(crate) const BUCKETS: [Algorithm; 3] = [
 /// [`BUCKETS`]. Quota bounds (10^12, 2^62) are far below `u64::MAX`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct BucketCharge {
-    pub algorithm: Algorithm,
-    pub limit: u64,
-    pub period_ns: u64,
-    pub burst: u64,
+    /// The policy's one limit.
+    pub limit: Limit,
+    /// The cost, in units.
     pub cost: u64,
+}
+
+/// The policy's one limit when the one-statement charge can decide it.
+pub(crate) fn bucket_limit(policy: &Policy) -> Option<Limit> {
+    match policy.limits() {
+        [limit] if BUCKETS.contains(&limit.algorithm) => Some(*limit),
+        _ => None,
+    }
 }
 
 /// The one-statement charge of `op` under `policy`, or `None` for every
 /// other call, which `_apply_within` decides.
 pub(crate) fn bucket_charge(op: Operation, policy: &Policy) -> Option<BucketCharge> {
-    let (Operation::Check(cost), [limit]) = (op, policy.limits()) else {
+    let (Operation::Check(cost), Some(limit)) = (op, bucket_limit(policy)) else {
         return None;
     };
-    let q = &limit.quota;
     // A cost above the burst is never admitted: `_apply` says so.
-    (BUCKETS.contains(&limit.algorithm) && cost > 0 && cost <= q.burst()).then(|| BucketCharge {
-        algorithm: limit.algorithm,
-        limit: q.limit(),
-        period_ns: q.period_ns(),
-        burst: q.burst(),
-        cost,
-    })
+    (cost > 0 && cost <= limit.quota.burst()).then_some(BucketCharge { limit, cost })
 }
 
 impl BucketCharge {
+    /// The cost in ticks (1/limit ns of a period's units), as the statement
+    /// takes it: below 10^12 * 2^62, within `u128`.
+    pub fn cost_ticks(&self) -> u128 {
+        u128::from(self.cost) * u128::from(self.limit.quota.period_ns())
+    }
+
     /// What `_apply` returns for this charge, admitted, from the key's
     /// `[first, last]` state the statement wrote: `[1, cost, 1, remaining,
     /// 0, reset_after, 0]`, with the debt in ticks reduced from the state
@@ -79,11 +86,12 @@ impl BucketCharge {
                 state.len()
             )));
         };
-        let (l, p) = (i128::from(self.limit), i128::from(self.period_ns));
-        let cap = i128::from(self.burst) * p;
+        let q = &self.limit.quota;
+        let (l, p) = (i128::from(q.limit()), i128::from(q.period_ns()));
+        let cap = i128::from(q.burst()) * p;
         // A TAT is below 2^63 ns times 10^12 ticks a ns: within i128, so
         // only a corrupt state overflows.
-        let debt = match self.algorithm {
+        let debt = match self.limit.algorithm {
             Algorithm::TokenBucket => cap.checked_sub(first.0),
             Algorithm::Gcra => last.0.checked_mul(l).and_then(|at| first.0.checked_sub(at)),
             _ => Some(first.0),
@@ -152,7 +160,6 @@ pub fn encode(policy: &Policy) -> EncodedPolicy {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tollgate::Limit;
     use tollgate_core::Quota;
 
     #[test]

@@ -493,44 +493,40 @@ fn remove_stale_dirs() {
 /// a single bucket-family limit (admitted charges end there; the client
 /// falls back to `_apply_within` only for denials and new keys), else the
 /// `_apply_within` call. Every value the client sends as a parameter is a
-/// pgbench variable, so the server plans it as it plans the client's.
+/// pgbench variable, so the server plans it as it plans the client's, but
+/// for the charge's deadline: a timestamp, which pgbench variables cannot
+/// hold, written in as a literal far ahead (the client's is never reached
+/// either). pgbench's integers are 64-bit: a cost of 2^63 ticks or more
+/// (cost times period) does not fit its variables.
 pub fn pgbench_check_script(policy: &tollgate::Policy, cost: u64, keys: u64) -> String {
     let names = crate::schema::Names::new(crate::DEFAULT_SCHEMA, crate::DEFAULT_TABLE)
         .expect("the default names are plain identifiers");
     let encoded = crate::encoding::encode(policy);
-    // The deadline the client sends, far ahead: never reached here.
     let mut script = format!(
-        "\\set k random(0, {})\n\\set policy {}\n\\set deadline {}\n",
+        "\\set k random(0, {})\n\\set policy {}\n",
         keys.saturating_sub(1),
         encoded.id,
-        i64::MAX - 1
     );
     let op = tollgate::Operation::Check(cost);
     let statement = match crate::encoding::bucket_charge(op, policy) {
         Some(charge) => {
-            let args = [charge.limit, charge.period_ns, charge.burst, charge.cost];
-            for (name, value) in ["l", "p", "b", "cost"].iter().zip(args) {
-                script.push_str(&format!("\\set {name} {value}\n"));
-            }
-            // Highest first, so $1 does not match the start of another.
+            script.push_str(&format!("\\set cost {}\n", charge.cost_ticks()));
             [
-                ("$9", ":deadline"),
-                ("$8", "0"),
-                ("$7", "NULL"),
-                ("$6", ":cost"),
-                ("$5", ":b"),
-                ("$4", ":p"),
-                ("$3", ":l"),
+                ("$4", "'infinity'"),
+                ("$3", ":cost"),
                 ("$2", ":policy"),
                 ("$1", "('k' || :k)"),
             ]
             .iter()
-            .fold(names.charge_sql(charge.algorithm), |sql, (param, value)| {
-                sql.replace(param, value)
-            })
+            .fold(
+                names.charge_sql(&charge.limit, crate::schema::ChargeClock::Database),
+                |sql, (param, value)| sql.replace(param, value),
+            )
         }
         None => {
             let limits: Vec<String> = encoded.limits.iter().map(i64::to_string).collect();
+            // The deadline the client sends, far ahead: never reached here.
+            script.push_str(&format!("\\set deadline {}\n", i64::MAX - 1));
             format!(
                 "SELECT {}_apply_within('k' || :k, :policy, '{{{}}}'::bigint[], 0::smallint, \
                  {cost}::numeric, NULL::bigint, 0::bigint, :deadline)",

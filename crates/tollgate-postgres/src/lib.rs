@@ -5,10 +5,11 @@
 //! or `tollgate migrate`), which locks the key's row, reads the database
 //! clock and applies every limit of the policy atomically: all charged or
 //! none. A charge against a single token bucket, GCRA or leaky meter is
-//! first tried as one plain `UPDATE` (`sql/bucket_charge.sql`), which
-//! admits it as the function would at the statement's start (or the key's
-//! last time, if later); a charge it does not admit takes the function, a
-//! second round trip.
+//! first tried as one plain `UPDATE` (`sql/bucket_charge.sql`, one
+//! statement per policy with its numbers written in), which admits it as
+//! the function would at the statement's start (or the key's last time, if
+//! later); a charge it does not admit takes the function, a second round
+//! trip.
 //!
 //! Decisions are those of `tollgate-core`, to the nanosecond: the function
 //! computes in the core's units with `numeric`, exact for integers of any

@@ -1,6 +1,6 @@
 //! PostgreSQL `numeric` on the wire, for integers only: the core's values
-//! (`u64` costs, durations saturated at 2^64 - 1, -1 for "never") exceed
-//! `bigint`, and `numeric` keeps them exact.
+//! (`u64` costs, durations saturated at 2^64 - 1, -1 for "never", costs in
+//! ticks up to 2^102) exceed `bigint`, and `numeric` keeps them exact.
 //!
 //! The binary format is `ndigits, weight, sign, dscale` (16 bits each), then
 //! `ndigits` base-10,000 digits, most significant first; the value is
@@ -15,14 +15,15 @@ const NBASE: u128 = 10_000;
 const POSITIVE: u16 = 0x0000;
 const NEGATIVE: u16 = 0x4000;
 
-/// A `u64` sent as a `numeric` parameter.
+/// An unsigned integer sent as a `numeric` parameter.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Numeric(pub u64);
+pub struct Numeric(pub u128);
 
 impl ToSql for Numeric {
     fn to_sql(&self, _: &Type, out: &mut BytesMut) -> Result<IsNull, Box<dyn Error + Sync + Send>> {
-        let mut digits = Vec::with_capacity(5);
-        let mut v = self.0 as u128;
+        // u128::MAX has 39 decimal digits: 10 of base 10,000.
+        let mut digits = Vec::with_capacity(10);
+        let mut v = self.0;
         while v > 0 {
             digits.push((v % NBASE) as i16);
             v /= NBASE;
@@ -98,7 +99,7 @@ impl<'a> FromSql<'a> for Integer {
 mod tests {
     use super::*;
 
-    fn round_trip(v: u64) -> i128 {
+    fn round_trip(v: u128) -> i128 {
         let mut buf = BytesMut::new();
         Numeric(v).to_sql(&Type::NUMERIC, &mut buf).unwrap();
         Integer::from_sql(&Type::NUMERIC, &buf).unwrap().0
@@ -106,9 +107,21 @@ mod tests {
 
     #[test]
     fn integers_survive_the_wire() {
-        for v in [0, 1, 9_999, 10_000, 10_001, 100_000_000, 1 << 53, u64::MAX] {
+        let ticks = u128::from(u64::MAX) << 40;
+        for v in [
+            0,
+            1,
+            9_999,
+            10_000,
+            10_001,
+            100_000_000,
+            1 << 53,
+            1 << 64,
+            ticks,
+        ] {
             assert_eq!(round_trip(v), v as i128);
         }
+        assert_eq!(round_trip(u64::MAX.into()), u64::MAX as i128);
     }
 
     #[test]

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use tokio_postgres::Client;
 use tollgate::{Algorithm, BackendError};
+use tollgate_core::Limit;
 
 use crate::errors::classify;
 
@@ -39,55 +40,68 @@ const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [
     include_str!("../sql/charge_helpers.sql"),
 ];
 
-/// The expressions `sql/bucket_charge.sql` names, spelled out in this order
-/// (each may use the ones after it), then `@NOW@`. `r` is the key's row,
-/// `c` the statement's constants (`start`, `cap` and `cost` in ticks).
-/// Each state is reduced to its debt as `_bucket_family` does, written
-/// with as few operators as the algorithm allows.
-fn charge_terms(algorithm: Algorithm) -> [(&'static str, &'static str); 4] {
+/// Where the one-statement charge (`sql/bucket_charge.sql`) takes its
+/// time from, which also decides its last parameter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ChargeClock {
+    /// The statement's start on the database clock; `$4` is the caller's
+    /// deadline (`timestamptz`), past which the statement charges nothing.
+    Database,
+    /// `$4`, a replayed time in ns (`numeric`); the row is kept at least
+    /// `floor_ns` past it.
+    Replayed {
+        /// Least time the row is kept past the charge.
+        floor_ns: u64,
+    },
+}
+
+/// A minute in ns: `idle_at` is rounded up to one (see `sql/bucket_charge.sql`).
+const IDLE_ROUNDING_NS: u128 = 60_000_000_000;
+
+/// `CHARGED` and `ADMITTED` of `sql/bucket_charge.sql` for `algorithm`,
+/// with `@START@` the statement's time, `@L@` the limit and `@CAP@` the
+/// capacity in ticks, `$3` the cost in ticks. Each state is reduced to its
+/// debt as `_bucket_family` does at NOW, the later of START and the key's
+/// last time (a write this statement waited for), written with as few
+/// operators as the algorithm allows: a comparison with the capacity that
+/// the cost alone always passes (cost <= capacity) is left out, and NOW is
+/// spelled out only where START would not do.
+fn charge_terms(algorithm: Algorithm) -> [&'static str; 2] {
     match algorithm {
         // [tokens, last]: the tokens refill from `last` up to the capacity.
         Algorithm::TokenBucket => [
-            ("@CHARGED@", "@TOKENS@ - c.cost"),
-            ("@ADMITTED@", "c.cost <= @TOKENS@"),
-            (
-                "@IDLE@",
-                "@NOW@ + div(c.cap - @TOKENS@ + c.cost - 1, $3::numeric) + 1",
-            ),
-            (
-                "@TOKENS@",
-                "least(c.cap, r.state[1] + (@NOW@ - r.state[2]) * $3::numeric)",
-            ),
+            "least(@CAP@, r.state[1] + greatest(@START@ - r.state[2], 0) * @L@) - $3::numeric",
+            "r.state[1] + greatest(@START@ - r.state[2], 0) * @L@ >= $3::numeric",
         ],
         // [tat, last]: the theoretical arrival time, in ticks since 0; the
-        // debt is what of it lies ahead of now.
+        // debt is what of it lies ahead of now. Every write leaves it at or
+        // after `last * l` (`_bucket_family` at `last * l` plus a debt, this
+        // statement past it), so the TAT is the later of it and START's.
         Algorithm::Gcra => [
-            ("@CHARGED@", "@TAT@ + c.cost"),
-            (
-                "@ADMITTED@",
-                "r.state[1] + c.cost <= c.cap + @NOW@ * $3::numeric",
-            ),
-            ("@IDLE@", "div(@TAT@ + c.cost - 1, $3::numeric) + 1"),
-            ("@TAT@", "greatest(r.state[1], @NOW@ * $3::numeric)"),
+            "greatest(r.state[1], @START@ * @L@) + $3::numeric",
+            "r.state[1] + $3::numeric <= greatest(@START@, r.state[2]) * @L@ + @CAP@",
         ],
         // [level, last]: the level drains from `last`.
         _ => [
-            ("@CHARGED@", "@LEVEL@ + c.cost"),
-            ("@ADMITTED@", "@LEVEL@ + c.cost <= c.cap"),
-            (
-                "@IDLE@",
-                "@NOW@ + div(@LEVEL@ + c.cost - 1, $3::numeric) + 1",
-            ),
-            (
-                "@LEVEL@",
-                "greatest(r.state[1] - (@NOW@ - r.state[2]) * $3::numeric, 0)",
-            ),
+            "greatest(r.state[1] - greatest(@START@ - r.state[2], 0) * @L@, 0) + $3::numeric",
+            "r.state[1] - greatest(@START@ - r.state[2], 0) * @L@ + $3::numeric <= @CAP@",
         ],
     }
 }
 
-/// The decision's time, which every algorithm's terms use.
-const CHARGE_NOW: (&str, &str) = ("@NOW@", "greatest(c.start, r.state[2])");
+/// `START` and `FROM` of `sql/bucket_charge.sql` for `clock`.
+fn charge_clock_terms(clock: ChargeClock) -> [&'static str; 2] {
+    match clock {
+        // The start as an exact integer (`extract` gives microseconds as
+        // decimals), computed once.
+        ChargeClock::Database => [
+            "c.start",
+            "FROM (SELECT trunc(extract(epoch FROM statement_timestamp()) * 1000000000) AS start \
+             WHERE statement_timestamp() <= $4::timestamptz OFFSET 0) AS c",
+        ],
+        ChargeClock::Replayed { .. } => ["$4::numeric", ""],
+    }
+}
 
 /// A schema and table name, checked to be plain lower-case identifiers (so
 /// they need no quoting and cannot inject SQL).
@@ -138,13 +152,30 @@ impl Names {
         )
     }
 
-    /// The one-statement charge of a single limit of `algorithm`, of the
-    /// bucket family (see `sql/bucket_charge.sql`).
-    pub(crate) fn charge_sql(&self, algorithm: Algorithm) -> String {
-        let sql = charge_terms(algorithm).iter().chain([&CHARGE_NOW]).fold(
-            include_str!("../sql/bucket_charge.sql").to_owned(),
-            |sql, (name, term)| sql.replace(name, term),
-        );
+    /// The one-statement charge (see `sql/bucket_charge.sql`) of a single
+    /// `limit` of the bucket family, its numbers written in: one statement
+    /// per policy, which the server plans once per connection.
+    pub(crate) fn charge_sql(&self, limit: &Limit, clock: ChargeClock) -> String {
+        let q = &limit.quota;
+        let cap = u128::from(q.burst()) * u128::from(q.period_ns());
+        let l = u128::from(q.limit());
+        // The debt after an admitted charge is at most the capacity: idle
+        // by the capacity's drain time (or the floor) past the charge.
+        let floor = match clock {
+            ChargeClock::Database => 0,
+            ChargeClock::Replayed { floor_ns } => u128::from(floor_ns),
+        };
+        let ahead = cap.div_ceil(l).max(floor) + IDLE_ROUNDING_NS - 1;
+        let [charged, admitted] = charge_terms(limit.algorithm);
+        let [start, from] = charge_clock_terms(clock);
+        let sql = include_str!("../sql/bucket_charge.sql")
+            .replace("@CHARGED@", charged)
+            .replace("@ADMITTED@", admitted)
+            .replace("@FROM@", from)
+            .replace("@START@", start)
+            .replace("@L@", &format!("{l}::numeric"))
+            .replace("@CAP@", &format!("{cap}::numeric"))
+            .replace("@AHEAD@", &ahead.to_string());
         self.render(&sql)
     }
 

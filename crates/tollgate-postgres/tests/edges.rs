@@ -3,11 +3,15 @@
 //! range, where its ticks pass 2^64: limits and bursts of 1 and 10^12,
 //! periods up to 2^62 ns, times up to 2^63 - 1 ns, costs up to the burst
 //! and past it, and charges after a forced debt (which the statement leaves
-//! to `_apply`).
+//! to `_apply`). Every row is kept until its key is back to a fresh one's
+//! state: its `idle_at` is never before the decision's reset.
 
 mod common;
 
+use std::time::Duration;
+
 use proptest::prelude::*;
+use tokio_postgres::NoTls;
 use tollgate::{Algorithm, Limit, Operation, Policy, Quota};
 use tollgate_core::State;
 use tollgate_postgres::exact::MAX_TIME_NS;
@@ -44,7 +48,20 @@ fn the_one_statement_charge_decides_like_the_core_at_the_range_edges() {
         return;
     };
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let pg = rt.block_on(common::backend(&server.url()));
+    // No floor on replayed rows: idle_at is their state's own.
+    let pg = rt
+        .block_on(
+            common::config(&server.url())
+                .prefix("edges:")
+                .replay_floor(Duration::ZERO)
+                .connect(),
+        )
+        .unwrap();
+    let db = rt.block_on(async {
+        let (client, conn) = tokio_postgres::connect(&server.url(), NoTls).await.unwrap();
+        tokio::spawn(conn);
+        client
+    });
     let case = edge_limit().prop_flat_map(|limit| (Just(limit), operations(limit.quota.burst())));
     let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig::with_cases(48));
     let cases = std::sync::atomic::AtomicUsize::new(0);
@@ -64,6 +81,27 @@ fn the_one_statement_charge_decides_like_the_core_at_the_range_edges() {
                 let expected = core(&mut states, &[limit], op, now).unwrap();
                 let got = rt.block_on(pg.apply_at(&key, &policy, op, now)).unwrap();
                 prop_assert_eq!(got, expected, "{:?} at {} on {:?}", op, now, limit);
+                let idle_at: Option<i64> = rt
+                    .block_on(db.query_opt(
+                        &format!("SELECT idle_at FROM {} WHERE key = $1", pg.table()),
+                        &[&format!("edges:{key}")],
+                    ))
+                    .unwrap()
+                    .map(|row| row.get(0));
+                // A key already back to a fresh state may go at any time.
+                if let (Some(idle_at), 1..) = (idle_at, expected.decision.reset_after) {
+                    // Saturated at the largest bigint, as the row's is.
+                    let idle = u128::from(now) + u128::from(expected.decision.reset_after);
+                    prop_assert!(
+                        i128::from(idle_at) >= idle.min(i64::MAX as u128) as i128,
+                        "idle_at {} before the reset at {} ({:?} at {} on {:?})",
+                        idle_at,
+                        idle,
+                        op,
+                        now,
+                        limit
+                    );
+                }
             }
             Ok(())
         })
