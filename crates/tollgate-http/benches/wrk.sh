@@ -16,6 +16,8 @@
 #   cargo build --release -p tollgate-http --example bench_server
 #   bash crates/tollgate-http/benches/wrk.sh            # from the repository root
 #
+# CPU=user counts the servers' user time alone in the CPU columns.
+#
 # COUNT=callgrind counts instead of timing, for builds compared on a busy
 # machine: every server runs under callgrind, counting only while wrk runs
 # (benches/counting.sh), and the CPU columns become the instructions the
@@ -65,8 +67,14 @@ for c in $CONFIGS; do
   wrk "${LOAD[@]}" -d"$WARMUP" -s "$LUA" "$(url_of $i)" >/dev/null
 done
 
-# CPU time a process has used, in clock ticks (user + system).
-cpu_of() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+# CPU time a process has used, in clock ticks: user + system, or with
+# CPU=user user time alone (the kernel's socket work per request is the same
+# for every server and, on some machines, most of the time and of its noise).
+if [ "${CPU:-all}" = user ]; then
+  cpu_of() { awk '{ print $14 }' "/proc/$1/stat"; }
+else
+  cpu_of() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+fi
 TICK_US=$((1000000 / $(getconf CLK_TCK)))
 
 # One line per round and configuration: round, config, req/s, p99 in µs,
