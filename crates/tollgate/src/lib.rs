@@ -67,7 +67,6 @@ mod limiter;
 #[cfg(feature = "async")]
 mod memory;
 mod policy;
-mod readers;
 #[cfg(feature = "async")]
 mod resilient;
 mod rules;
