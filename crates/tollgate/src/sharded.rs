@@ -9,8 +9,9 @@ use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
+use crate::readers;
 use crate::shard_lock::{ShardLock, WriteGuard};
-use crate::table::{home, Table};
+use crate::table::{self, home, Table};
 
 /// Keys and their values, in shards chosen by key hash.
 pub(crate) struct ShardedMap<K, V> {
@@ -23,13 +24,13 @@ pub(crate) struct ShardedMap<K, V> {
 #[repr(align(128))]
 struct Locked<K, V> {
     hint: SlotHint,
-    /// Whether denials are decided under the shared lock ([`Probe::shared`]):
-    /// set when a denial was decided after waiting for the exclusive lock
-    /// (threads queueing for a key they are refused), cleared by the next
-    /// admitted charge or a shared read that finds nobody else in the
-    /// lock. Uncontended, the exclusive path is the faster one.
-    /// Written only when it changes.
-    shared_reads: AtomicBool,
+    /// Whether denials are first tried without the lock ([`Probe::peek`]):
+    /// set when a denial was decided after waiting for the lock (threads
+    /// queueing for a key they are refused), cleared by the next charge or
+    /// when [`Probe::peek`], taking the lock now and then, does not wait for
+    /// it. Uncontended, the locked path is the faster one (it looks the key
+    /// up once whatever the answer). Written only when it changes.
+    peek_first: AtomicBool,
     shard: ShardLock<Shard<K, V>>,
 }
 
@@ -107,40 +108,70 @@ pub(crate) struct Probe<'a, K, V> {
 }
 
 impl<'a, K, V> Probe<'a, K, V> {
-    /// Whether denials in this shard are decided under the shared lock.
+    /// Whether denials in this shard are first tried without the lock.
     #[inline(always)]
-    pub(crate) fn shared_reads(&self) -> bool {
-        self.locked.shared_reads.load(Ordering::Relaxed)
+    pub(crate) fn peek_first(&self) -> bool {
+        self.locked.peek_first.load(Ordering::Relaxed)
     }
 
-    /// Sets whether denials in this shard are decided under the shared lock.
+    /// Sets whether denials in this shard are first tried without the lock.
     #[inline(always)]
-    pub(crate) fn set_shared_reads(&self, shared: bool) {
-        if self.shared_reads() != shared {
-            self.locked.shared_reads.store(shared, Ordering::Relaxed);
+    pub(crate) fn set_peek_first(&self, on: bool) {
+        if self.peek_first() != on {
+            self.locked.peek_first.store(on, Ordering::Relaxed);
         }
     }
 
-    /// `read` applied to the value stored for `key`, under the shard's
-    /// shared lock: readers never wait for one another, so a key many
-    /// threads only read (a hot key being denied) is not a queue on one
-    /// lock. `None` if the key is not stored. Finding the lock free of
-    /// anyone else, it turns shared reads off: uncontended, the exclusive
-    /// path is the faster one.
+    /// A copy of the value stored for `key`, read without the shard's
+    /// lock and without writing to any line another thread uses (see
+    /// [`crate::readers`]): threads refused on one hot key then do not move
+    /// its lines between their cores. `None` if the key is not stored, a
+    /// writer got in the way, this thread has no reader slot or its turn
+    /// to take the lock came (`readers::enter`), or values own memory (a
+    /// copy would share it): the caller then takes the lock.
     #[inline(always)]
-    pub(crate) fn shared<Q, T>(&self, key: &Q, read: impl FnOnce(&V) -> T) -> Option<T>
+    pub(crate) fn peek<Q>(&self, key: &Q) -> Option<V>
     where
         K: Borrow<Q>,
         Q: Eq + ?Sized,
     {
-        let (shard, alone) = self.locked.shard.read();
-        if alone {
-            self.set_shared_reads(false);
+        if std::mem::needs_drop::<V>() {
+            return None;
         }
-        shard
-            .table
-            .find(self.hash, |(k, _)| k.borrow() == key)
-            .map(|(_, v)| read(v))
+        let Some(_reading) = readers::enter() else {
+            // Now and then the lock is taken instead, to see whether anyone
+            // is still in the way: alone, the locked path is the cheaper.
+            let (_, waited) = self.locked.shard.write();
+            if !waited {
+                self.set_peek_first(false);
+            }
+            return None;
+        };
+        let lock = &self.locked.shard;
+        let version = lock.read_version()?;
+        let hint = &self.locked.hint;
+        let tags = hint.tags.load(Ordering::Relaxed);
+        let slots = hint.slots.load(Ordering::Relaxed);
+        let homes = hint.homes.load(Ordering::Relaxed);
+        // The three describe one table, and while this thread is announced
+        // that table's memory stays allocated.
+        if tags == 0 || !lock.unchanged(version) {
+            return None;
+        }
+        // SAFETY: as just said; `peek` copies bits by volatile reads and
+        // hands a copy over only once the version shows no writer touched
+        // it, so the key compared is one that was stored (and the memory
+        // it owns, if any, is freed only after this thread's announcement
+        // ends: `Shard::remove`).
+        let entry = unsafe {
+            table::peek::<(K, V)>(tags, slots, homes, self.hash, |entry| {
+                lock.unchanged(version) && entry.assume_init_ref().0.borrow() == key
+            })?
+        };
+        // SAFETY: the entry `peek` returns is one that was whole. The key's
+        // bits stay the table's (the copy is never dropped); the value owns
+        // nothing, so its copy is a value of its own.
+        Some(unsafe { std::ptr::read(&entry.assume_init_ref().1) })
     }
 
     /// Locks the shard for writing.
@@ -210,7 +241,7 @@ impl<K: Hash + Eq, V> ShardedMap<K, V> {
                     hint.update(&table);
                     Locked {
                         hint,
-                        shared_reads: AtomicBool::new(false),
+                        peek_first: AtomicBool::new(false),
                         shard: ShardLock::new(Shard {
                             table,
                             cursor: 0,
@@ -261,12 +292,12 @@ impl<K: Hash + Eq, V> ShardedMap<K, V> {
         located.hint.update(table);
     }
 
-    /// Decides denials under the shared lock in every shard from now on,
-    /// as contention would: lets tests check that path on one thread.
+    /// Tries denials without the lock in every shard from now on, as
+    /// contention would: lets tests check that path on one thread.
     #[cfg(test)]
-    pub(crate) fn share_reads(&self) {
+    pub(crate) fn peek_first_everywhere(&self) {
         for locked in self.shards.iter() {
-            locked.shared_reads.store(true, Ordering::Relaxed);
+            locked.peek_first.store(true, Ordering::Relaxed);
         }
     }
 
@@ -335,7 +366,14 @@ impl<K: Hash, V> Shard<K, V> {
     /// move back).
     pub(crate) fn remove(&mut self, index: usize) -> (K, V) {
         let hasher = &self.hasher;
-        self.table.remove(index, &|(k, _)| hasher.hash_one(k))
+        let entry = self.table.remove(index, &|(k, _)| hasher.hash_one(k));
+        // A reader without the lock may be comparing its key with this
+        // one's memory, which the caller is about to free ([`Probe::peek`]
+        // reads only maps whose values own nothing).
+        if std::mem::needs_drop::<K>() && !std::mem::needs_drop::<V>() {
+            readers::wait();
+        }
+        entry
     }
 
     /// Looks at the next `budget` buckets from the sweep cursor and removes
@@ -403,6 +441,55 @@ mod tests {
         // Removing moves keys back into buckets already looked at.
         assert_eq!(shard.sweep(buckets, usize::MAX, |v| *v != 0), 6_666);
         assert_eq!(shard.table.len(), 3_334);
+    }
+
+    #[test]
+    fn lock_free_reads_see_stored_values_while_tables_grow_and_keys_go() {
+        // Keys that own memory, in one shard whose table keeps growing and
+        // losing keys: a read without the lock finds a key's own value or
+        // nothing, never another's, and never touches freed memory (a
+        // torn or freed read would show as a wrong value or a crash).
+        let map: ShardedMap<String, u64> = ShardedMap::new(Sizing::growing(1));
+        let stop = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            for _ in 0..2 {
+                s.spawn(|| {
+                    let mut n = 0u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        n = (n + 7) % 20_000;
+                        let key = format!("key-{n}");
+                        if let Some(value) = map.probe(key.as_str()).peek(key.as_str()) {
+                            assert_eq!(value, n);
+                        }
+                    }
+                });
+            }
+            for round in 0..4u64 {
+                for n in 0..20_000u64 {
+                    let key = format!("key-{n}");
+                    let mut located = map.locate(key.as_str());
+                    if located.get_mut(key.as_str()).is_none() {
+                        map.insert(&mut located, key, n);
+                    }
+                }
+                for n in (round % 3..20_000u64).step_by(3) {
+                    let key = format!("key-{n}");
+                    map.locate(key.as_str()).remove(key.as_str());
+                }
+            }
+            stop.store(true, Ordering::Relaxed);
+        });
+        // Read alone, every stored key is found (one read in 64 on a
+        // thread is sent to the lock on purpose: a second read is not).
+        for n in 0..20_000u64 {
+            let key = format!("key-{n}");
+            let stored = map.locate(key.as_str()).get_mut(key.as_str()).copied();
+            let probe = map.probe(key.as_str());
+            let read = probe
+                .peek(key.as_str())
+                .or_else(|| probe.peek(key.as_str()));
+            assert_eq!(read, stored);
+        }
     }
 
     #[test]
