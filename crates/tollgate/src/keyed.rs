@@ -91,7 +91,8 @@ impl<K: Hash + Eq, R: Rules> Keyed<K, R> {
         C: Clock,
     {
         let probe = self.map.probe(key);
-        if probe.peek_first() {
+        // Known when compiled: keys that own memory never read unlocked.
+        if ShardedMap::<K, R::State>::LOCK_FREE_READS && probe.peek_first() {
             if let Some(decision) = self.denial(&probe, key, cost, clock) {
                 return Ok(decision);
             }
@@ -209,7 +210,7 @@ impl<K: Hash + Eq, R: Rules> Keyed<K, R> {
     ) {
         if charged {
             probe.set_peek_first(false);
-        } else if located.waited {
+        } else if located.waited && ShardedMap::<K, R::State>::LOCK_FREE_READS {
             probe.set_peek_first(true);
         }
     }
@@ -249,9 +250,9 @@ impl<K: Hash + Eq, R: Rules> Keyed<K, R> {
     /// shard's lock ([`Probe::peek`]): nothing is written to a line the
     /// other threads use, so threads refused on one hot key do not move
     /// its lines between their cores. `None` if the copy could not be made
-    /// (the key is not stored, a writer got in the way, the state owns
-    /// memory) or the request would be admitted: those take the locked
-    /// path. Kept out of line: inlined next to the locked path's decision,
+    /// (the key is not stored, a writer got in the way, the key or the
+    /// state owns memory: [`ShardedMap::LOCK_FREE_READS`]) or the request
+    /// would be admitted: those take the locked path. Kept out of line: inlined next to the locked path's decision,
     /// it slowed every check by a third.
     #[inline(never)]
     fn denial<Q, C>(
@@ -561,7 +562,8 @@ mod tests {
     /// denials without the lock first (as under contention) and one always
     /// locked: both must decide as the core does, and every denial or peek
     /// of a stored key must come from the lock-free path, equal to the
-    /// locked one.
+    /// locked one (for keys that own memory, which never take it, the
+    /// lock-free path must give nothing).
     fn lock_free_denials_are_the_locked_ones<K, S>(
         quota: Quota,
         trace: &[(u8, u64, u64)],
@@ -586,7 +588,8 @@ mod tests {
             let read = lock_free
                 .denial(&probe, &key, cost, &clock)
                 .or_else(|| lock_free.denial(&probe, &key, cost, &clock));
-            if stored[usize::from(index)] && (!expected.allowed || cost == 0) {
+            let lock_free_reads = ShardedMap::<K, S>::LOCK_FREE_READS;
+            if lock_free_reads && stored[usize::from(index)] && (!expected.allowed || cost == 0) {
                 assert_eq!(read, Some(expected));
             } else {
                 assert_eq!(read, None);
@@ -645,8 +648,102 @@ mod tests {
             let quota = Quota::with_parts(limit, period, burst).unwrap();
             lock_free_denials_are_the_locked_ones::<_, Compact<Gcra>>(quota, &trace, |k| k);
             lock_free_denials_are_the_locked_ones::<_, Compact<LeakyQueue>>(quota, &trace, |k| k);
-            // Keys that own memory, compared by the lock-free path.
+            // Keys that own no memory but are compared by their bytes: a
+            // fixed-size name, and strings borrowed for the map's life.
+            lock_free_denials_are_the_locked_ones::<_, Compact<Gcra>>(quota, &trace, |k| {
+                let mut name = *b"user-0__________";
+                name[5] += k;
+                name
+            });
+            lock_free_denials_are_the_locked_ones::<_, Compact<Gcra>>(quota, &trace, |k| {
+                ["user-0", "user-1", "user-2", "user-3"][usize::from(k)]
+            });
+            // Keys that own memory: always the locked path.
             lock_free_denials_are_the_locked_ones::<_, Compact<Gcra>>(quota, &trace, |k| format!("user-{k}"));
+        }
+    }
+
+    #[test]
+    fn only_keys_that_own_no_memory_are_read_without_the_lock() {
+        type Map<K> = ShardedMap<K, Compact<Gcra>>;
+        const { assert!(Map::<u64>::LOCK_FREE_READS) };
+        const { assert!(Map::<[u8; 16]>::LOCK_FREE_READS) };
+        const { assert!(Map::<&'static str>::LOCK_FREE_READS) };
+        const { assert!(!Map::<String>::LOCK_FREE_READS) };
+        const { assert!(!Map::<Box<str>>::LOCK_FREE_READS) };
+        const { assert!(!Map::<std::sync::Arc<str>>::LOCK_FREE_READS) };
+    }
+
+    #[test]
+    fn hot_keys_refused_from_many_threads_while_tables_grow_and_keys_go() {
+        // The crash of session 9, on purpose: threads refused on hot keys
+        // (so their shards read denials without the lock) while another
+        // thread makes the same shards' tables grow, over and over (new
+        // keys, several growths per insert now and then) and takes keys
+        // out again (moving the others back). The clock stands still, so
+        // every refusal of a hot key must be exactly the first one: a read
+        // of a stale table or a torn entry would show as another decision,
+        // or as a crash.
+        let quota = Quota::with_parts(1, 3_600_000_000_000, 1).unwrap();
+        let clock = FakeClock::new();
+        let bounds = bounds();
+        for round in 0..8u64 {
+            // Few shards: the churn lands in the hot keys' shards.
+            let keyed: Keyed<u64, One<Compact<Gcra>>> =
+                Keyed::new(One::new(quota), Sizing::growing(2));
+            let hot: Vec<u64> = (0..4).map(|k| round << 32 | k).collect();
+            let refusals: Vec<Decision> = hot
+                .iter()
+                .map(|key| {
+                    assert!(keyed.check(key, 1, &clock, &bounds).unwrap().allowed);
+                    let refusal = keyed.check(key, 1, &clock, &bounds).unwrap();
+                    assert!(!refusal.allowed);
+                    refusal
+                })
+                .collect();
+            let done = std::sync::atomic::AtomicBool::new(false);
+            let lock_free = AtomicUsize::new(0);
+            std::thread::scope(|s| {
+                for thread in 0..3 {
+                    let (keyed, hot, refusals) = (&keyed, &hot, &refusals);
+                    let (clock, bounds, done, lock_free) = (&clock, &bounds, &done, &lock_free);
+                    s.spawn(move || {
+                        let mut n = thread;
+                        let mut read = 0;
+                        while !done.load(Ordering::Relaxed) {
+                            n += 1;
+                            let i = n % hot.len();
+                            let probe = keyed.map.probe(&hot[i]);
+                            if let Some(decision) = keyed.denial(&probe, &hot[i], 1, clock) {
+                                assert_eq!(decision, refusals[i]);
+                                read += 1;
+                            }
+                            let decision = keyed.check(&hot[i], 1, clock, bounds).unwrap();
+                            assert_eq!(decision, refusals[i]);
+                            keyed.map.peek_first_everywhere();
+                        }
+                        lock_free.fetch_add(read, Ordering::Relaxed);
+                    });
+                }
+                for key in 1_000..30_000u64 {
+                    assert!(keyed.check(&key, 1, &clock, &bounds).unwrap().allowed);
+                    // A read right after each insert, which may have grown
+                    // the table (twice, now and then): refused, as charged.
+                    let probe = keyed.map.probe(&key);
+                    if let Some(decision) = keyed.denial(&probe, &key, 1, &clock) {
+                        assert_eq!(decision, refusals[0]);
+                    }
+                    // Takes two new keys in three out again.
+                    if key % 3 != 0 {
+                        assert!(keyed.reset(&key, &bounds));
+                    }
+                    if key % 1_000 == 0 {
+                        keyed.sweep_shard(key as usize / 1_000, 64, &clock, &bounds);
+                    }
+                }
+                done.store(true, Ordering::Relaxed);
+            });
+            assert!(lock_free.load(Ordering::Relaxed) > 0, "round {round}");
         }
     }
 }

@@ -6,13 +6,14 @@
 //! one hot key then keep their copies of its lines instead of passing them
 //! back and forth on every check. The version check afterwards catches a
 //! writer that changed what was read, but not one that freed it: a table
-//! replaced by a larger one, or a key with heap memory removed. So a reader
+//! replaced by a larger one (the only memory freed that such a reader may
+//! look at: it reads only maps whose keys and values own none). So a reader
 //! announces itself in a slot of its own thread (its own cache line) for
 //! the time of the read, and a writer about to free such memory waits until
 //! every slot that was announced before it took the lock is clear
 //! ([`wait`]); readers that come later find the lock held and back off.
-//! Writers pay this only when they free memory (a table's growth, a removed
-//! key that owns memory), never on a check.
+//! Writers pay this only when they free memory (a table's growth), never
+//! on a check.
 
 use std::cell::Cell;
 use std::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
@@ -71,7 +72,10 @@ impl Claim {
                 .compare_exchange(false, true, Ordering::Relaxed, Ordering::Relaxed)
                 .is_ok()
         })?;
-        USED.fetch_max(index + 1, Ordering::Relaxed);
+        // Sequentially consistent, as the announcement after it: a writer
+        // whose fence comes after this thread's first announcement then
+        // sees the slot within `USED` (see [`enter`]). Once per thread.
+        USED.fetch_max(index + 1, Ordering::SeqCst);
         self.0.set(Some(index));
         Some(index)
     }
@@ -131,7 +135,7 @@ impl Drop for Reading {
 #[inline(never)]
 pub(crate) fn wait() {
     fence(Ordering::SeqCst);
-    for slot in &TABLE[..USED.load(Ordering::Relaxed)] {
+    for slot in &TABLE[..USED.load(Ordering::SeqCst)] {
         let mut spins = 0u32;
         while slot.active.load(Ordering::Acquire) != 0 {
             // A reader never waits for anything while announced, so it is

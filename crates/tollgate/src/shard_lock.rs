@@ -109,6 +109,13 @@ impl<T> ShardLock<T> {
         (self.held.load(Ordering::SeqCst) == 0).then_some(version)
     }
 
+    /// The value, for optimistic reads: copied through the pointer by
+    /// volatile reads, and used only if [`Self::unchanged`] says so.
+    #[cfg(debug_assertions)]
+    pub(crate) fn value_ptr(&self) -> *const T {
+        self.value.get()
+    }
+
     /// Whether no writer took the lock since [`Self::read_version`] gave
     /// `version`: then whatever was read in between is a consistent copy.
     #[inline(always)]

@@ -67,13 +67,29 @@ impl SlotHint {
         prefetch(slots.wrapping_add(at.wrapping_mul(std::mem::size_of::<T>())));
     }
 
-    /// Records where `table` is, if it moved.
+    /// Records where `table` is, if it moved. Called under the shard's
+    /// lock after anything that may have replaced the table.
+    ///
+    /// All three words are compared, not the control bytes' address alone:
+    /// one insert may grow a table twice, and the newest table's control
+    /// bytes may then be allocated where those of the table the hint
+    /// described were (freed by the first growth). Compared on that address
+    /// alone, the hint kept the older table's slot address and home count,
+    /// memory freed and reused meanwhile: [`Probe::peek`] read "keys" at
+    /// the wrong offsets in it (session 9's crash, a `String` whose pointer
+    /// was a rate limiter's state). [`Probe::peek`] uses nothing but these
+    /// three words, so once they all equal the current table's, the hint
+    /// describes it exactly, whatever happened in between.
     fn update<T>(&self, table: &Table<T>) {
         let (tags, slots) = table.addresses();
-        if self.tags.load(Ordering::Relaxed) != tags {
+        let homes = table.homes();
+        if self.tags.load(Ordering::Relaxed) != tags
+            || self.slots.load(Ordering::Relaxed) != slots
+            || self.homes.load(Ordering::Relaxed) != homes
+        {
             self.tags.store(tags, Ordering::Relaxed);
             self.slots.store(slots, Ordering::Relaxed);
-            self.homes.store(table.homes(), Ordering::Relaxed);
+            self.homes.store(homes, Ordering::Relaxed);
         }
     }
 }
@@ -127,15 +143,16 @@ impl<'a, K, V> Probe<'a, K, V> {
     /// [`crate::readers`]): threads refused on one hot key then do not move
     /// its lines between their cores. `None` if the key is not stored, a
     /// writer got in the way, this thread has no reader slot or its turn
-    /// to take the lock came (`readers::enter`), or values own memory (a
-    /// copy would share it): the caller then takes the lock.
+    /// to take the lock came (`readers::enter`), or keys or values own
+    /// memory ([`ShardedMap::LOCK_FREE_READS`]): the caller then takes the
+    /// lock.
     #[inline(always)]
     pub(crate) fn peek<Q>(&self, key: &Q) -> Option<V>
     where
         K: Borrow<Q>,
         Q: Eq + ?Sized,
     {
-        if std::mem::needs_drop::<V>() {
+        if !ShardedMap::<K, V>::LOCK_FREE_READS {
             return None;
         }
         let Some(_reading) = readers::enter() else {
@@ -153,24 +170,62 @@ impl<'a, K, V> Probe<'a, K, V> {
         let tags = hint.tags.load(Ordering::Relaxed);
         let slots = hint.slots.load(Ordering::Relaxed);
         let homes = hint.homes.load(Ordering::Relaxed);
+        // In tests, the table the three must describe: its header, copied
+        // as the entries are (checked by the same version below).
+        #[cfg(debug_assertions)]
+        // SAFETY: a volatile bit copy of the header, never dropped, used
+        // only if the version shows no writer came meanwhile.
+        let header = unsafe {
+            std::ptr::addr_of!((*lock.value_ptr()).table)
+                .cast::<std::mem::MaybeUninit<Table<(K, V)>>>()
+                .read_volatile()
+        };
         // The three describe one table, and while this thread is announced
         // that table's memory stays allocated.
         if tags == 0 || !lock.unchanged(version) {
             return None;
         }
-        // SAFETY: as just said; `peek` copies bits by volatile reads and
-        // hands a copy over only once the version shows no writer touched
-        // it, so the key compared is one that was stored (and the memory
-        // it owns, if any, is freed only after this thread's announcement
-        // ends: `Shard::remove`).
+        #[cfg(debug_assertions)]
+        {
+            // SAFETY: whole, as the version shows; only its words are read.
+            let table = unsafe { header.assume_init_ref() };
+            assert_eq!(
+                (tags, slots, homes),
+                (table.addresses().0, table.addresses().1, table.homes()),
+                "the slot hint describes another table than the shard's"
+            );
+        }
+        // SAFETY (`table::peek`'s contract):
+        // - The three words describe one table: they were loaded between
+        //   `read_version` (no writer held the lock) and `unchanged` (none
+        //   took it since), and every writer that replaces the table
+        //   rewrites them under the lock (`SlotHint::update` compares all
+        //   three, so they are the current table's, never an older one's).
+        // - That table stays allocated during the call: this thread is
+        //   announced (`_reading`) since before `read_version` saw the lock
+        //   free, so a writer that replaces it after that frees the old
+        //   memory only once this announcement ends (`readers::wait` in
+        //   `Table::grow`); a writer that took the lock before would have
+        //   failed `read_version` or `unchanged` above.
+        // - `eq` takes a copy for a `(K, V)` only once `unchanged` shows no
+        //   writer came since the version was read: the volatile copy was
+        //   made before that load (`unchanged` fences it) of a bucket whose
+        //   control byte, read before it too, said it was full, so it is
+        //   the bits of a stored entry, whole. Only then does it compare
+        //   the key, with the user's `Borrow` and `Eq` on a bit copy.
+        // - Duplicating the bits is sound because neither `K` nor `V` has
+        //   drop glue (`LOCK_FREE_READS`): the copy is never dropped, and a
+        //   type without drop glue owns no memory that a writer could free
+        //   under the comparison (a removed key frees nothing; what a key
+        //   refers to outlives the map). Keys that own memory (`String`)
+        //   are never read here: a removal would free the bytes `Eq` reads.
         let entry = unsafe {
             table::peek::<(K, V)>(tags, slots, homes, self.hash, |entry| {
                 lock.unchanged(version) && entry.assume_init_ref().0.borrow() == key
             })?
         };
-        // SAFETY: the entry `peek` returns is one that was whole. The key's
-        // bits stay the table's (the copy is never dropped); the value owns
-        // nothing, so its copy is a value of its own.
+        // SAFETY: the entry `peek` returns is one `eq` accepted, so whole
+        // (above); `V` owns nothing, so its copy is a value of its own.
         Some(unsafe { std::ptr::read(&entry.assume_init_ref().1) })
     }
 
@@ -222,6 +277,21 @@ impl<K, V> Located<'_, K, V> {
             .find_index(self.hash, |(k, _)| k.borrow() == key)?;
         Some(self.shard.remove(index).1)
     }
+}
+
+impl<K, V> ShardedMap<K, V> {
+    /// Whether [`Probe::peek`] reads this map without the lock: only if
+    /// neither keys nor values have drop glue (`u64`, `[u8; 16]`, `&str`
+    /// borrowed for the map's life), so that no writer ever frees memory a
+    /// key or value read without the lock refers to. Then only a table's
+    /// growth frees memory such a reader may look at (the old table, after
+    /// `readers::wait`). A key that owns memory (`String`) stays on the
+    /// locked path: the lock-free path was once taken for those too, its
+    /// removals waiting for readers, but a key type's own `Eq` and
+    /// `Borrow` running on a bit copy whose memory another thread owns is
+    /// more than can be shown sound for every key type.
+    pub(crate) const LOCK_FREE_READS: bool =
+        !std::mem::needs_drop::<K>() && !std::mem::needs_drop::<V>();
 }
 
 impl<K: Hash + Eq, V> ShardedMap<K, V> {
@@ -365,15 +435,11 @@ impl<K: Hash, V> Shard<K, V> {
     /// Removes the entry in full bucket `index` (the entries after it may
     /// move back).
     pub(crate) fn remove(&mut self, index: usize) -> (K, V) {
+        // No reader without the lock needs waiting for: the table's memory
+        // stays, and [`Probe::peek`] reads only maps whose keys and values
+        // own no memory, so the entry frees nothing such a reader sees.
         let hasher = &self.hasher;
-        let entry = self.table.remove(index, &|(k, _)| hasher.hash_one(k));
-        // A reader without the lock may be comparing its key with this
-        // one's memory, which the caller is about to free ([`Probe::peek`]
-        // reads only maps whose values own nothing).
-        if std::mem::needs_drop::<K>() && !std::mem::needs_drop::<V>() {
-            readers::wait();
-        }
-        entry
+        self.table.remove(index, &|(k, _)| hasher.hash_one(k))
     }
 
     /// Looks at the next `budget` buckets from the sweep cursor and removes
@@ -445,50 +511,103 @@ mod tests {
 
     #[test]
     fn lock_free_reads_see_stored_values_while_tables_grow_and_keys_go() {
-        // Keys that own memory, in one shard whose table keeps growing and
-        // losing keys: a read without the lock finds a key's own value or
-        // nothing, never another's, and never touches freed memory (a
-        // torn or freed read would show as a wrong value or a crash).
-        let map: ShardedMap<String, u64> = ShardedMap::new(Sizing::growing(1));
-        let stop = AtomicBool::new(false);
-        std::thread::scope(|s| {
-            for _ in 0..2 {
-                s.spawn(|| {
-                    let mut n = 0u64;
-                    while !stop.load(Ordering::Relaxed) {
-                        n = (n + 7) % 20_000;
-                        let key = format!("key-{n}");
-                        if let Some(value) = map.probe(key.as_str()).peek(key.as_str()) {
-                            assert_eq!(value, n);
+        // Two shards whose tables keep growing and losing keys (removed
+        // one by one and by the sweep), read without the lock by two
+        // threads: a read finds a key's own value or nothing, never
+        // another's, and never touches freed memory (a torn or stale read
+        // would show as a wrong value, or a crash; under Miri or a
+        // sanitizer, as a use after free).
+        let value_of = |key: u64| key.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        for round in 0..8u64 {
+            let map: ShardedMap<u64, u64> = ShardedMap::new(Sizing::growing(2));
+            for pass in 0..3u64 {
+                let stop = AtomicBool::new(false);
+                std::thread::scope(|s| {
+                    for thread in 0..2u64 {
+                        let (map, stop) = (&map, &stop);
+                        s.spawn(move || {
+                            let mut n = thread;
+                            while !stop.load(Ordering::Relaxed) {
+                                n = (n + 7) % 20_000;
+                                if let Some(value) = map.probe(&n).peek(&n) {
+                                    assert_eq!(value, value_of(n), "{n}");
+                                }
+                            }
+                        });
+                    }
+                    // Stops the readers even if an assertion below fails.
+                    struct Stop<'a>(&'a AtomicBool);
+                    impl Drop for Stop<'_> {
+                        fn drop(&mut self) {
+                            self.0.store(true, Ordering::Relaxed);
                         }
                     }
-                });
-            }
-            for round in 0..4u64 {
-                for n in 0..20_000u64 {
-                    let key = format!("key-{n}");
-                    let mut located = map.locate(key.as_str());
-                    if located.get_mut(key.as_str()).is_none() {
-                        map.insert(&mut located, key, n);
+                    let _stop = Stop(&stop);
+                    for n in 0..20_000u64 {
+                        let mut located = map.locate(&n);
+                        if located.get_mut(&n).is_none() {
+                            map.insert(&mut located, n, value_of(n));
+                        }
+                        drop(located);
+                        // A read right after each insert, which may have
+                        // grown the table (twice, now and then).
+                        let read = map.probe(&n).peek(&n);
+                        assert!(read.is_none() || read == Some(value_of(n)));
                     }
-                }
-                for n in (round % 3..20_000u64).step_by(3) {
-                    let key = format!("key-{n}");
-                    map.locate(key.as_str()).remove(key.as_str());
+                    for n in ((round + pass) % 3..20_000u64).step_by(3) {
+                        map.locate(&n).remove(&n);
+                    }
+                    for shard in 0..map.shard_count() {
+                        let mut shard = map.lock_shard(shard);
+                        let buckets = shard.buckets();
+                        shard.sweep(buckets, usize::MAX, |v| v % 5 == 1);
+                    }
+                });
+                // Read alone, every stored key is found (one read in 64 on
+                // a thread is sent to the lock on purpose: a second read is
+                // not).
+                for n in 0..20_000u64 {
+                    let stored = map.locate(&n).get_mut(&n).copied();
+                    let probe = map.probe(&n);
+                    let read = probe.peek(&n).or_else(|| probe.peek(&n));
+                    assert_eq!(read, stored);
                 }
             }
-            stop.store(true, Ordering::Relaxed);
-        });
-        // Read alone, every stored key is found (one read in 64 on a
-        // thread is sent to the lock on purpose: a second read is not).
-        for n in 0..20_000u64 {
-            let key = format!("key-{n}");
-            let stored = map.locate(key.as_str()).get_mut(key.as_str()).copied();
-            let probe = map.probe(key.as_str());
-            let read = probe
-                .peek(key.as_str())
-                .or_else(|| probe.peek(key.as_str()));
-            assert_eq!(read, stored);
+        }
+        // Keys that own memory are never read without the lock.
+        let map: ShardedMap<String, u64> = ShardedMap::new(Sizing::growing(1));
+        let mut located = map.locate("key");
+        map.insert(&mut located, "key".to_string(), 1);
+        drop(located);
+        let probe = map.probe("key");
+        assert_eq!(probe.peek("key").or_else(|| probe.peek("key")), None);
+    }
+
+    #[test]
+    fn the_slot_hint_always_describes_the_current_table() {
+        // Lock-free reads probe the table the hint describes: it must be
+        // the current one after every insert, even when one insert grew the
+        // table twice and the newest table's control bytes were allocated
+        // where an older table's had been (session 9's crash).
+        for round in 0..200u64 {
+            let map: ShardedMap<u64, u64> = ShardedMap::new(Sizing::growing(4));
+            for key in 0..2_000u64 {
+                let key = key.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ round;
+                let mut located = map.locate(&key);
+                if located.get_mut(&key).is_none() {
+                    map.insert(&mut located, key, key);
+                }
+                let table = &located.shard.table;
+                let hint = located.hint;
+                let (tags, slots) = table.addresses();
+                assert_eq!(hint.tags.load(Ordering::Relaxed), tags, "round {round}");
+                assert_eq!(hint.slots.load(Ordering::Relaxed), slots, "round {round}");
+                assert_eq!(
+                    hint.homes.load(Ordering::Relaxed),
+                    table.homes(),
+                    "round {round}"
+                );
+            }
         }
     }
 
