@@ -69,6 +69,15 @@ fn tail(homes: usize) -> usize {
 /// last bucket are never written, so it stops there at the latest, as
 /// [`Table::find_index`] does.
 ///
+/// What is left that the language does not define: these reads race with
+/// a writer's plain stores (the control bytes, the moved or inserted
+/// entry) when one takes the lock meanwhile, the sequence lock's known
+/// gap (crossbeam's `AtomicCell` fallback reads the same way). Nothing
+/// read is used unless the version shows no writer came, the memory stays
+/// allocated (see `crate::readers`), and `eq` sees only copies checked
+/// whole, so no torn value is ever taken for a `T`; a fully defined
+/// version would need every store to the table to be atomic.
+///
 /// # Safety
 ///
 /// The three describe one table (as read together under one lock version)
