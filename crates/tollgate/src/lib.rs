@@ -67,6 +67,7 @@ mod limiter;
 #[cfg(feature = "async")]
 mod memory;
 mod policy;
+mod readers;
 #[cfg(feature = "async")]
 mod resilient;
 mod rules;

@@ -25,11 +25,12 @@ use crate::{Clock, Limit, MonotonicClock, Policy, Quota, QuotaError};
 /// Every decision is made by the exact core ([`tollgate_core`]), so a
 /// `Limiter` answers exactly like `tollgate replay` on the same request times.
 /// Keys live in a sharded hash map (32 shards per CPU up to 1,024, each behind its own
-/// readers-writer lock); a charge reads the clock after locking the key's
-/// shard, so each key sees its times in order. When threads queue for a
-/// shard while being refused (a hot key under attack), its denials are
-/// decided under the shared lock, which they never queue for, until a
-/// charge is admitted again. `Limiter` is `Send + Sync` and has no global
+/// lock); a charge reads the clock after locking the key's shard, so each
+/// key sees its times in order. When threads queue for a shard while being
+/// refused (a hot key under attack), its denials are decided from a copy of
+/// the key's state read without the lock (a sequence lock: the copy is
+/// used only if no charge came meanwhile), which writes nothing the other
+/// threads read, until a charge is admitted again. `Limiter` is `Send + Sync` and has no global
 /// state: share it with an `Arc`.
 ///
 /// ```

@@ -9,8 +9,9 @@ use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
+use crate::readers;
 use crate::shard_lock::{ShardLock, WriteGuard};
-use crate::table::{home, Table};
+use crate::table::{self, home, Table};
 
 /// Keys and their values, in shards chosen by key hash.
 pub(crate) struct ShardedMap<K, V> {
@@ -23,13 +24,13 @@ pub(crate) struct ShardedMap<K, V> {
 #[repr(align(128))]
 struct Locked<K, V> {
     hint: SlotHint,
-    /// Whether denials are decided under the shared lock ([`Probe::shared`]):
-    /// set when a denial was decided after waiting for the exclusive lock
-    /// (threads queueing for a key they are refused), cleared by the next
-    /// admitted charge or a shared read that finds nobody else in the
-    /// lock. Uncontended, the exclusive path is the faster one.
-    /// Written only when it changes.
-    shared_reads: AtomicBool,
+    /// Whether denials are first tried without the lock ([`Probe::peek`]):
+    /// set when a denial was decided after waiting for the lock (threads
+    /// queueing for a key they are refused), cleared by the next charge or
+    /// when [`Probe::peek`], taking the lock now and then, does not wait for
+    /// it. Uncontended, the locked path is the faster one (it looks the key
+    /// up once whatever the answer). Written only when it changes.
+    peek_first: AtomicBool,
     shard: ShardLock<Shard<K, V>>,
 }
 
@@ -66,13 +67,29 @@ impl SlotHint {
         prefetch(slots.wrapping_add(at.wrapping_mul(std::mem::size_of::<T>())));
     }
 
-    /// Records where `table` is, if it moved.
+    /// Records where `table` is, if it moved. Called under the shard's
+    /// lock after anything that may have replaced the table.
+    ///
+    /// All three words are compared, not the control bytes' address alone:
+    /// one insert may grow a table twice, and the newest table's control
+    /// bytes may then be allocated where those of the table the hint
+    /// described were (freed by the first growth). Compared on that address
+    /// alone, the hint kept the older table's slot address and home count,
+    /// memory freed and reused meanwhile: [`Probe::peek`] read "keys" at
+    /// the wrong offsets in it (session 9's crash, a `String` whose pointer
+    /// was a rate limiter's state). [`Probe::peek`] uses nothing but these
+    /// three words, so once they all equal the current table's, the hint
+    /// describes it exactly, whatever happened in between.
     fn update<T>(&self, table: &Table<T>) {
         let (tags, slots) = table.addresses();
-        if self.tags.load(Ordering::Relaxed) != tags {
+        let homes = table.homes();
+        if self.tags.load(Ordering::Relaxed) != tags
+            || self.slots.load(Ordering::Relaxed) != slots
+            || self.homes.load(Ordering::Relaxed) != homes
+        {
             self.tags.store(tags, Ordering::Relaxed);
             self.slots.store(slots, Ordering::Relaxed);
-            self.homes.store(table.homes(), Ordering::Relaxed);
+            self.homes.store(homes, Ordering::Relaxed);
         }
     }
 }
@@ -107,40 +124,109 @@ pub(crate) struct Probe<'a, K, V> {
 }
 
 impl<'a, K, V> Probe<'a, K, V> {
-    /// Whether denials in this shard are decided under the shared lock.
+    /// Whether denials in this shard are first tried without the lock.
     #[inline(always)]
-    pub(crate) fn shared_reads(&self) -> bool {
-        self.locked.shared_reads.load(Ordering::Relaxed)
+    pub(crate) fn peek_first(&self) -> bool {
+        self.locked.peek_first.load(Ordering::Relaxed)
     }
 
-    /// Sets whether denials in this shard are decided under the shared lock.
+    /// Sets whether denials in this shard are first tried without the lock.
     #[inline(always)]
-    pub(crate) fn set_shared_reads(&self, shared: bool) {
-        if self.shared_reads() != shared {
-            self.locked.shared_reads.store(shared, Ordering::Relaxed);
+    pub(crate) fn set_peek_first(&self, on: bool) {
+        if self.peek_first() != on {
+            self.locked.peek_first.store(on, Ordering::Relaxed);
         }
     }
 
-    /// `read` applied to the value stored for `key`, under the shard's
-    /// shared lock: readers never wait for one another, so a key many
-    /// threads only read (a hot key being denied) is not a queue on one
-    /// lock. `None` if the key is not stored. Finding the lock free of
-    /// anyone else, it turns shared reads off: uncontended, the exclusive
-    /// path is the faster one.
+    /// A copy of the value stored for `key`, read without the shard's
+    /// lock and without writing to any line another thread uses (see
+    /// [`crate::readers`]): threads refused on one hot key then do not move
+    /// its lines between their cores. `None` if the key is not stored, a
+    /// writer got in the way, this thread has no reader slot or its turn
+    /// to take the lock came (`readers::enter`), or keys or values own
+    /// memory ([`ShardedMap::LOCK_FREE_READS`]): the caller then takes the
+    /// lock.
     #[inline(always)]
-    pub(crate) fn shared<Q, T>(&self, key: &Q, read: impl FnOnce(&V) -> T) -> Option<T>
+    pub(crate) fn peek<Q>(&self, key: &Q) -> Option<V>
     where
         K: Borrow<Q>,
         Q: Eq + ?Sized,
     {
-        let (shard, alone) = self.locked.shard.read();
-        if alone {
-            self.set_shared_reads(false);
+        if !ShardedMap::<K, V>::LOCK_FREE_READS {
+            return None;
         }
-        shard
-            .table
-            .find(self.hash, |(k, _)| k.borrow() == key)
-            .map(|(_, v)| read(v))
+        let Some(_reading) = readers::enter() else {
+            // Now and then the lock is taken instead, to see whether anyone
+            // is still in the way: alone, the locked path is the cheaper.
+            let (_, waited) = self.locked.shard.write();
+            if !waited {
+                self.set_peek_first(false);
+            }
+            return None;
+        };
+        let lock = &self.locked.shard;
+        let version = lock.read_version()?;
+        let hint = &self.locked.hint;
+        let tags = hint.tags.load(Ordering::Relaxed);
+        let slots = hint.slots.load(Ordering::Relaxed);
+        let homes = hint.homes.load(Ordering::Relaxed);
+        // In tests, the table the three must describe: its header, copied
+        // as the entries are (checked by the same version below).
+        #[cfg(debug_assertions)]
+        // SAFETY: a volatile bit copy of the header, never dropped, used
+        // only if the version shows no writer came meanwhile.
+        let header = unsafe {
+            std::ptr::addr_of!((*lock.value_ptr()).table)
+                .cast::<std::mem::MaybeUninit<Table<(K, V)>>>()
+                .read_volatile()
+        };
+        // The three describe one table, and while this thread is announced
+        // that table's memory stays allocated.
+        if tags == 0 || !lock.unchanged(version) {
+            return None;
+        }
+        #[cfg(debug_assertions)]
+        {
+            // SAFETY: whole, as the version shows; only its words are read.
+            let table = unsafe { header.assume_init_ref() };
+            assert_eq!(
+                (tags, slots, homes),
+                (table.addresses().0, table.addresses().1, table.homes()),
+                "the slot hint describes another table than the shard's"
+            );
+        }
+        // SAFETY (`table::peek`'s contract):
+        // - The three words describe one table: they were loaded between
+        //   `read_version` (no writer held the lock) and `unchanged` (none
+        //   took it since), and every writer that replaces the table
+        //   rewrites them under the lock (`SlotHint::update` compares all
+        //   three, so they are the current table's, never an older one's).
+        // - That table stays allocated during the call: this thread is
+        //   announced (`_reading`) since before `read_version` saw the lock
+        //   free, so a writer that replaces it after that frees the old
+        //   memory only once this announcement ends (`readers::wait` in
+        //   `Table::grow`); a writer that took the lock before would have
+        //   failed `read_version` or `unchanged` above.
+        // - `eq` takes a copy for a `(K, V)` only once `unchanged` shows no
+        //   writer came since the version was read: the volatile copy was
+        //   made before that load (`unchanged` fences it) of a bucket whose
+        //   control byte, read before it too, said it was full, so it is
+        //   the bits of a stored entry, whole. Only then does it compare
+        //   the key, with the user's `Borrow` and `Eq` on a bit copy.
+        // - Duplicating the bits is sound because neither `K` nor `V` has
+        //   drop glue (`LOCK_FREE_READS`): the copy is never dropped, and a
+        //   type without drop glue owns no memory that a writer could free
+        //   under the comparison (a removed key frees nothing; what a key
+        //   refers to outlives the map). Keys that own memory (`String`)
+        //   are never read here: a removal would free the bytes `Eq` reads.
+        let entry = unsafe {
+            table::peek::<(K, V)>(tags, slots, homes, self.hash, |entry| {
+                lock.unchanged(version) && entry.assume_init_ref().0.borrow() == key
+            })?
+        };
+        // SAFETY: the entry `peek` returns is one `eq` accepted, so whole
+        // (above); `V` owns nothing, so its copy is a value of its own.
+        Some(unsafe { std::ptr::read(&entry.assume_init_ref().1) })
     }
 
     /// Locks the shard for writing.
@@ -193,6 +279,21 @@ impl<K, V> Located<'_, K, V> {
     }
 }
 
+impl<K, V> ShardedMap<K, V> {
+    /// Whether [`Probe::peek`] reads this map without the lock: only if
+    /// neither keys nor values have drop glue (`u64`, `[u8; 16]`, `&str`
+    /// borrowed for the map's life), so that no writer ever frees memory a
+    /// key or value read without the lock refers to. Then only a table's
+    /// growth frees memory such a reader may look at (the old table, after
+    /// `readers::wait`). A key that owns memory (`String`) stays on the
+    /// locked path: the lock-free path was once taken for those too, its
+    /// removals waiting for readers, but a key type's own `Eq` and
+    /// `Borrow` running on a bit copy whose memory another thread owns is
+    /// more than can be shown sound for every key type.
+    pub(crate) const LOCK_FREE_READS: bool =
+        !std::mem::needs_drop::<K>() && !std::mem::needs_drop::<V>();
+}
+
 impl<K: Hash + Eq, V> ShardedMap<K, V> {
     /// An empty map laid out as `sizing` says.
     pub(crate) fn new(sizing: Sizing) -> Self {
@@ -210,7 +311,7 @@ impl<K: Hash + Eq, V> ShardedMap<K, V> {
                     hint.update(&table);
                     Locked {
                         hint,
-                        shared_reads: AtomicBool::new(false),
+                        peek_first: AtomicBool::new(false),
                         shard: ShardLock::new(Shard {
                             table,
                             cursor: 0,
@@ -261,12 +362,12 @@ impl<K: Hash + Eq, V> ShardedMap<K, V> {
         located.hint.update(table);
     }
 
-    /// Decides denials under the shared lock in every shard from now on,
-    /// as contention would: lets tests check that path on one thread.
+    /// Tries denials without the lock in every shard from now on, as
+    /// contention would: lets tests check that path on one thread.
     #[cfg(test)]
-    pub(crate) fn share_reads(&self) {
+    pub(crate) fn peek_first_everywhere(&self) {
         for locked in self.shards.iter() {
-            locked.shared_reads.store(true, Ordering::Relaxed);
+            locked.peek_first.store(true, Ordering::Relaxed);
         }
     }
 
@@ -334,6 +435,9 @@ impl<K: Hash, V> Shard<K, V> {
     /// Removes the entry in full bucket `index` (the entries after it may
     /// move back).
     pub(crate) fn remove(&mut self, index: usize) -> (K, V) {
+        // No reader without the lock needs waiting for: the table's memory
+        // stays, and [`Probe::peek`] reads only maps whose keys and values
+        // own no memory, so the entry frees nothing such a reader sees.
         let hasher = &self.hasher;
         self.table.remove(index, &|(k, _)| hasher.hash_one(k))
     }
@@ -403,6 +507,108 @@ mod tests {
         // Removing moves keys back into buckets already looked at.
         assert_eq!(shard.sweep(buckets, usize::MAX, |v| *v != 0), 6_666);
         assert_eq!(shard.table.len(), 3_334);
+    }
+
+    #[test]
+    fn lock_free_reads_see_stored_values_while_tables_grow_and_keys_go() {
+        // Two shards whose tables keep growing and losing keys (removed
+        // one by one and by the sweep), read without the lock by two
+        // threads: a read finds a key's own value or nothing, never
+        // another's, and never touches freed memory (a torn or stale read
+        // would show as a wrong value, or a crash; under Miri or a
+        // sanitizer, as a use after free).
+        let value_of = |key: u64| key.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        for round in 0..8u64 {
+            let map: ShardedMap<u64, u64> = ShardedMap::new(Sizing::growing(2));
+            for pass in 0..3u64 {
+                let stop = AtomicBool::new(false);
+                std::thread::scope(|s| {
+                    for thread in 0..2u64 {
+                        let (map, stop) = (&map, &stop);
+                        s.spawn(move || {
+                            let mut n = thread;
+                            while !stop.load(Ordering::Relaxed) {
+                                n = (n + 7) % 20_000;
+                                if let Some(value) = map.probe(&n).peek(&n) {
+                                    assert_eq!(value, value_of(n), "{n}");
+                                }
+                            }
+                        });
+                    }
+                    // Stops the readers even if an assertion below fails.
+                    struct Stop<'a>(&'a AtomicBool);
+                    impl Drop for Stop<'_> {
+                        fn drop(&mut self) {
+                            self.0.store(true, Ordering::Relaxed);
+                        }
+                    }
+                    let _stop = Stop(&stop);
+                    for n in 0..20_000u64 {
+                        let mut located = map.locate(&n);
+                        if located.get_mut(&n).is_none() {
+                            map.insert(&mut located, n, value_of(n));
+                        }
+                        drop(located);
+                        // A read right after each insert, which may have
+                        // grown the table (twice, now and then).
+                        let read = map.probe(&n).peek(&n);
+                        assert!(read.is_none() || read == Some(value_of(n)));
+                    }
+                    for n in ((round + pass) % 3..20_000u64).step_by(3) {
+                        map.locate(&n).remove(&n);
+                    }
+                    for shard in 0..map.shard_count() {
+                        let mut shard = map.lock_shard(shard);
+                        let buckets = shard.buckets();
+                        shard.sweep(buckets, usize::MAX, |v| v % 5 == 1);
+                    }
+                });
+                // Read alone, every stored key is found (one read in 64 on
+                // a thread is sent to the lock on purpose: a second read is
+                // not).
+                for n in 0..20_000u64 {
+                    let stored = map.locate(&n).get_mut(&n).copied();
+                    let probe = map.probe(&n);
+                    let read = probe.peek(&n).or_else(|| probe.peek(&n));
+                    assert_eq!(read, stored);
+                }
+            }
+        }
+        // Keys that own memory are never read without the lock.
+        let map: ShardedMap<String, u64> = ShardedMap::new(Sizing::growing(1));
+        let mut located = map.locate("key");
+        map.insert(&mut located, "key".to_string(), 1);
+        drop(located);
+        let probe = map.probe("key");
+        assert_eq!(probe.peek("key").or_else(|| probe.peek("key")), None);
+    }
+
+    #[test]
+    fn the_slot_hint_always_describes_the_current_table() {
+        // Lock-free reads probe the table the hint describes: it must be
+        // the current one after every insert, even when one insert grew the
+        // table twice and the newest table's control bytes were allocated
+        // where an older table's had been (session 9's crash).
+        for round in 0..200u64 {
+            let map: ShardedMap<u64, u64> = ShardedMap::new(Sizing::growing(4));
+            for key in 0..2_000u64 {
+                let key = key.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ round;
+                let mut located = map.locate(&key);
+                if located.get_mut(&key).is_none() {
+                    map.insert(&mut located, key, key);
+                }
+                let table = &located.shard.table;
+                let hint = located.hint;
+                let (tags, slots) = table.addresses();
+                assert_eq!(hint.tags.load(Ordering::Relaxed), tags, "round {round}");
+                assert_eq!(hint.slots.load(Ordering::Relaxed), slots, "round {round}");
+                assert_eq!(
+                    hint.homes.load(Ordering::Relaxed),
+                    table.homes(),
+                    "round {round}"
+                );
+            }
+        }
     }
 
     #[test]

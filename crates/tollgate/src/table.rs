@@ -59,6 +59,70 @@ fn tail(homes: usize) -> usize {
     (homes / 4).clamp(GROUP, 256)
 }
 
+/// A bit copy of the value `eq` picks among those of `hash`, in the table
+/// whose control bytes, slots and home bucket count are `tags`, `slots` and
+/// `homes`, read while writers may be changing it (see `Probe::peek`):
+/// a candidate's bits are copied by a volatile read, and `eq` gets each
+/// copy, which it must check is whole (no writer came) before taking it
+/// for a `T`: a torn copy may not be a valid `T` at all. The probe stays
+/// inside the table whatever it reads: the padding control bytes after the
+/// last bucket are never written, so it stops there at the latest, as
+/// [`Table::find_index`] does.
+///
+/// What is left that the language does not define: these reads race with
+/// a writer's plain stores (the control bytes, the moved or inserted
+/// entry) when one takes the lock meanwhile, the sequence lock's known
+/// gap (crossbeam's `AtomicCell` fallback reads the same way). Nothing
+/// read is used unless the version shows no writer came, the memory stays
+/// allocated (see `crate::readers`), and `eq` sees only copies checked
+/// whole, so no torn value is ever taken for a `T`; a fully defined
+/// version would need every store to the table to be atomic.
+///
+/// # Safety
+///
+/// The three describe one table (as read together under one lock version)
+/// whose memory stays allocated during the call. The copy returned is the
+/// one `eq` accepted (so, once `eq` checked it is whole, a valid `T`);
+/// `T`'s bits must be safe to duplicate for the time the copy is used.
+#[inline(always)]
+pub(crate) unsafe fn peek<T>(
+    tags: usize,
+    slots: usize,
+    homes: usize,
+    hash: u64,
+    mut eq: impl FnMut(&MaybeUninit<T>) -> bool,
+) -> Option<MaybeUninit<T>> {
+    let wanted = u64::from(tag(hash)) * LOW;
+    let mut index = home(hash, homes);
+    loop {
+        // SAFETY: as in `Table::group`: `index` is a bucket or the first
+        // padding byte, with `GROUP` bytes after it. One unaligned load (a
+        // volatile read of 8 bytes compiled to 8 loads and 14 shifts and
+        // ors); whatever it reads, the probe stays in bounds (above).
+        let group = u64::from_le(unsafe { ((tags + index) as *const u64).read_unaligned() });
+        let empty = !group & HIGH;
+        let same = group ^ wanted;
+        let mut matches = same.wrapping_sub(LOW) & !same & HIGH;
+        if empty != 0 {
+            matches &= (empty & empty.wrapping_neg()) - 1;
+        }
+        while matches != 0 {
+            let at = index + matches.trailing_zeros() as usize / 8;
+            // SAFETY: `at` had a full control byte, so it is a bucket
+            // (inside the slots); its bits are copied as they are.
+            let copy = unsafe { std::ptr::read_volatile((slots as *const MaybeUninit<T>).add(at)) };
+            if eq(&copy) {
+                return Some(copy);
+            }
+            matches &= matches - 1;
+        }
+        if empty != 0 {
+            return None;
+        }
+        index += GROUP;
+    }
+}
+
 /// Values of type `T` found by a 64-bit hash that the caller computes.
 pub(crate) struct Table<T> {
     /// One control byte per bucket, then `GROUP` empty ones so a group read
@@ -259,6 +323,9 @@ impl<T> Table<T> {
             // A failed attempt moved nothing out of `self`.
             if let Some(bigger) = self.resized(homes_at(level, self.phase), level, hasher) {
                 let old = std::mem::replace(self, bigger);
+                // Readers without the lock may still be probing the old
+                // memory (see `crate::readers`).
+                crate::readers::wait();
                 old.forget_values();
                 return;
             }

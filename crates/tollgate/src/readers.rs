@@ -1,0 +1,182 @@
+//! Threads reading a shard without its lock, so that memory they may be
+//! looking at is not freed under them.
+//!
+//! An optimistic read ([`crate::shard_lock::ShardLock::read_version`]) takes
+//! no lock and writes no line another thread uses: two threads refused on
+//! one hot key then keep their copies of its lines instead of passing them
+//! back and forth on every check. The version check afterwards catches a
+//! writer that changed what was read, but not one that freed it: a table
+//! replaced by a larger one (the only memory freed that such a reader may
+//! look at: it reads only maps whose keys and values own none). So a reader
+//! announces itself in a slot of its own thread (its own cache line) for
+//! the time of the read, and a writer about to free such memory waits until
+//! every slot that was announced before it took the lock is clear
+//! ([`wait`]); readers that come later find the lock held and back off.
+//! Writers pay this only when they free memory (a table's growth), never
+//! on a check.
+
+use std::cell::Cell;
+use std::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
+
+/// Threads that may read optimistically at once; a thread beyond them
+/// takes the locked path.
+const SLOTS: usize = 128;
+
+/// One thread's announcement, alone on its cache lines (128 bytes: the
+/// adjacent-line prefetcher pairs 64-byte lines).
+#[repr(align(128))]
+struct Slot {
+    /// Reads in progress on this slot's thread (more than one only if a
+    /// key's `Eq` itself reads a limiter).
+    active: AtomicUsize,
+    /// Whether a live thread owns the slot.
+    claimed: AtomicBool,
+}
+
+#[allow(clippy::declare_interior_mutable_const)] // each array element is its own slot
+const FREE: Slot = Slot {
+    active: AtomicUsize::new(0),
+    claimed: AtomicBool::new(false),
+};
+
+static TABLE: [Slot; SLOTS] = [FREE; SLOTS];
+
+/// A thread's reads without the lock are refused one time in this many, so
+/// that its caller takes the lock now and then and sees whether the
+/// contention that sent it here is still there (a read writes nothing, so
+/// it cannot tell; alone on a key, the locked path is the cheaper one).
+const LOCKED_EVERY: u32 = 64;
+
+/// One past the highest slot ever claimed: [`wait`] looks at no more.
+static USED: AtomicUsize = AtomicUsize::new(0);
+
+/// The slot a thread claimed, given back when the thread ends, and its
+/// reads so far (see [`enter`]).
+struct Claim(Cell<Option<usize>>, Cell<u32>);
+
+impl Claim {
+    /// The thread's slot, claimed on first use; `None` if all are taken,
+    /// and for one call in [`LOCKED_EVERY`].
+    fn index(&self) -> Option<usize> {
+        let calls = self.1.get().wrapping_add(1);
+        self.1.set(calls);
+        if calls % LOCKED_EVERY == 0 {
+            return None;
+        }
+        if let Some(index) = self.0.get() {
+            return Some(index);
+        }
+        let index = (0..SLOTS).find(|&index| {
+            TABLE[index]
+                .claimed
+                .compare_exchange(false, true, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        })?;
+        // Sequentially consistent, as the announcement after it: a writer
+        // whose fence comes after this thread's first announcement then
+        // sees the slot within `USED` (see [`enter`]). Once per thread.
+        USED.fetch_max(index + 1, Ordering::SeqCst);
+        self.0.set(Some(index));
+        Some(index)
+    }
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        if let Some(index) = self.0.get() {
+            TABLE[index].claimed.store(false, Ordering::Release);
+        }
+    }
+}
+
+thread_local! {
+    static CLAIM: Claim = const { Claim(Cell::new(None), Cell::new(0)) };
+}
+
+/// An optimistic read in progress on this thread: until it drops, no
+/// writer frees memory the read may look at.
+pub(crate) struct Reading {
+    slot: &'static Slot,
+}
+
+/// Announces a read; `None` if this thread has no slot (all taken, or the
+/// thread is ending), and for one read in [`LOCKED_EVERY`] on a thread: the
+/// caller must then take the lock instead.
+///
+/// The announcement is a sequentially consistent read-modify-write of the
+/// thread's own slot, and the caller then loads the lock word sequentially
+/// consistently too ([`crate::shard_lock::ShardLock::read_version`]); a
+/// writer's [`wait`] puts a sequentially consistent fence between taking
+/// the lock and loading the slots: either the reader sees the lock taken,
+/// or the writer sees the reader announced. (A locked add on a line no
+/// other thread writes costs less than the `mfence` a fence would be.)
+#[inline]
+pub(crate) fn enter() -> Option<Reading> {
+    let index = CLAIM.try_with(Claim::index).ok()??;
+    let slot = &TABLE[index];
+    slot.active.fetch_add(1, Ordering::SeqCst);
+    Some(Reading { slot })
+}
+
+impl Drop for Reading {
+    #[inline]
+    fn drop(&mut self) {
+        // Release: everything read happens before a writer sees the slot
+        // clear and frees it.
+        let active = self.slot.active.load(Ordering::Relaxed);
+        self.slot.active.store(active - 1, Ordering::Release);
+    }
+}
+
+/// Waits until no read announced before now is in progress. Called by a
+/// writer holding a shard's lock, before it frees memory of that shard:
+/// reads announced later find the lock held and touch nothing.
+#[cold]
+#[inline(never)]
+pub(crate) fn wait() {
+    fence(Ordering::SeqCst);
+    for slot in &TABLE[..USED.load(Ordering::SeqCst)] {
+        let mut spins = 0u32;
+        while slot.active.load(Ordering::Acquire) != 0 {
+            // A reader never waits for anything while announced, so it is
+            // gone within nanoseconds unless its thread was descheduled.
+            if spins < 64 {
+                std::hint::spin_loop();
+                spins += 1;
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_thread_keeps_its_slot_and_gives_it_back_when_it_ends() {
+        std::thread::spawn(|| {
+            let reading = enter().expect("a free slot");
+            let index = CLAIM.with(Claim::index).unwrap();
+            assert_eq!(TABLE[index].active.load(Ordering::Relaxed), 1);
+            let nested = enter().expect("the same slot");
+            drop(reading);
+            assert_eq!(TABLE[index].active.load(Ordering::Relaxed), 1);
+            drop(nested);
+            assert_eq!(TABLE[index].active.load(Ordering::Relaxed), 0);
+            assert_eq!(CLAIM.with(Claim::index), Some(index));
+        })
+        .join()
+        .unwrap();
+        // More threads over time than there are slots: each gives its
+        // slot back as it ends.
+        for _ in 0..2 * SLOTS {
+            std::thread::spawn(|| assert!(enter().is_some()))
+                .join()
+                .unwrap();
+        }
+        // Nothing announced: a writer does not wait.
+        wait();
+    }
+}
