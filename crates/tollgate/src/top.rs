@@ -46,7 +46,9 @@
 //! At most `k` keys per sub-window and stripe, whatever the number of
 //! distinct keys: `k × sub_windows × stripes` keys per rule (a stripe no
 //! thread records into holds nothing), and [`Top`] tracks at most
-//! [`TopConfig::max_rules`] rules. Each sub-window's index of its keys
+//! [`TopConfig::max_rules`] rules. `k` is at most
+//! [`TopConfig::MAX_CAPACITY`]; each key kept costs one 64-byte line for
+//! its numbers, 12 bytes for its place among the counts, and its bytes. Each sub-window's index of its keys
 //! holds at most `4k` entries (an evicted key's entry is left until the
 //! index is made anew, which spares a lookup per new key). A hit allocates
 //! nothing once a sub-window's summary is full and its index has grown to
@@ -158,6 +160,12 @@ pub enum TopConfigError {
     /// At least the current sub-window is kept.
     #[error("at least one sub-window must be kept")]
     NoSubWindows,
+    /// More keys per sub-window than a summary numbers.
+    #[error("at most {max} keys may be kept per sub-window, not {asked}", max = TopConfig::MAX_CAPACITY)]
+    TooManyKeys {
+        /// The capacity asked for.
+        asked: usize,
+    },
 }
 
 /// The shape of the summaries: how many keys, over what time.
@@ -173,6 +181,8 @@ pub struct TopConfig {
 impl TopConfig {
     /// The default number of keys kept per sub-window.
     pub const DEFAULT_CAPACITY: usize = 100;
+    /// The most keys kept per sub-window (2^24).
+    pub const MAX_CAPACITY: usize = space_saving::MAX_CAPACITY;
     /// The default sub-window: 10 s.
     pub const DEFAULT_SUB_WINDOW_NS: u64 = 10_000_000_000;
     /// The default number of sub-windows: 60, ten minutes.
@@ -193,6 +203,9 @@ impl TopConfig {
     ) -> Result<Self, TopConfigError> {
         if capacity == 0 {
             return Err(TopConfigError::NoCapacity);
+        }
+        if capacity > Self::MAX_CAPACITY {
+            return Err(TopConfigError::TooManyKeys { asked: capacity });
         }
         if sub_window_ns == 0 {
             return Err(TopConfigError::NoSubWindow);
@@ -637,6 +650,12 @@ mod tests {
         assert_eq!(TopConfig::new(0, SEC, 1), Err(TopConfigError::NoCapacity));
         assert_eq!(TopConfig::new(1, 0, 1), Err(TopConfigError::NoSubWindow));
         assert_eq!(TopConfig::new(1, SEC, 0), Err(TopConfigError::NoSubWindows));
+        let asked = TopConfig::MAX_CAPACITY + 1;
+        assert_eq!(
+            TopConfig::new(asked, SEC, 1),
+            Err(TopConfigError::TooManyKeys { asked })
+        );
+        assert!(TopConfig::new(TopConfig::MAX_CAPACITY, SEC, 1).is_ok());
     }
 
     #[test]

@@ -27,7 +27,12 @@ use hashbrown::HashTable;
 use super::{Counts, Hit};
 
 /// The end of a list of buckets, or no bucket.
-const NIL: usize = usize::MAX;
+const NIL: u32 = u32::MAX;
+
+/// The most keys a summary may keep: its slots and buckets are numbered
+/// with 32 bits, which keeps the structures a hit walks small enough to
+/// stay in the processor's nearest cache.
+pub(super) const MAX_CAPACITY: usize = 1 << 24;
 
 /// How many index entries per key kept the index may hold before it is
 /// made anew: an evicted key's entry is left in place (lookups compare
@@ -36,7 +41,8 @@ const NIL: usize = usize::MAX;
 /// `(STALE_ENTRIES - 1) × capacity` evictions.
 const STALE_ENTRIES: usize = 4;
 
-/// A tracked key.
+/// A tracked key, one cache line: what a hit on it reads and writes.
+#[repr(align(64))]
 struct Slot {
     key: String,
     /// The key's hash, so that making the index anew hashes nothing.
@@ -45,12 +51,20 @@ struct Slot {
     error: u64,
     /// What was counted since the key came in (exact).
     counts: Counts,
+}
+
+/// Where a tracked key sits among the buckets, apart from its [`Slot`]:
+/// the moves between buckets touch a key's neighbours, and with their
+/// places packed together those stay in cache, where whole slots (a key's
+/// bytes and numbers) did not.
+#[derive(Clone, Copy)]
+struct Link {
     /// The bucket of its count.
-    bucket: usize,
+    bucket: u32,
     /// Its neighbours in that bucket, whose keys form a ring in the order
     /// they joined it.
-    prev: usize,
-    next: usize,
+    prev: u32,
+    next: u32,
 }
 
 /// The keys of one count.
@@ -59,11 +73,11 @@ struct Bucket {
     /// counted since it came in.
     count: u64,
     /// The key that has been in the bucket longest.
-    first: usize,
+    first: u32,
     /// The buckets of the next smaller and the next larger count; a free
     /// bucket's `next` is the next free one.
-    prev: usize,
-    next: usize,
+    prev: u32,
+    next: u32,
 }
 
 /// A tracked key's numbers.
@@ -80,25 +94,30 @@ pub(super) struct Tracked<'a> {
 /// A Space-Saving summary of one sub-window.
 pub(super) struct Summary {
     capacity: usize,
+    /// Slot `i`'s key, its numbers, and its place among the buckets.
     slots: Vec<Slot>,
+    links: Vec<Link>,
     buckets: Vec<Bucket>,
     /// The bucket of the smallest count (`NIL` while empty).
-    smallest: usize,
+    smallest: u32,
     /// The first bucket emptied for reuse (`NIL`: none).
-    free: usize,
-    /// Slot indices, by their key's hash, and by the hash of keys the
+    free: u32,
+    /// Slot numbers, by their key's hash, and by the hash of keys the
     /// slot held before (see [`STALE_ENTRIES`]).
-    index: HashTable<usize>,
+    index: HashTable<u32>,
     hasher: foldhash::fast::RandomState,
     /// Every hit recorded, tracked or not (exact).
     pub(super) totals: Counts,
 }
 
 impl Summary {
+    /// A summary of at most `capacity` keys (at most [`MAX_CAPACITY`]:
+    /// more is kept to that).
     pub(super) fn new(capacity: usize) -> Self {
         Summary {
-            capacity,
+            capacity: capacity.min(MAX_CAPACITY),
             slots: Vec::new(),
+            links: Vec::new(),
             buckets: Vec::new(),
             smallest: NIL,
             free: NIL,
@@ -111,6 +130,7 @@ impl Summary {
     /// Empties the summary, keeping its memory for the next sub-window.
     pub(super) fn clear(&mut self) {
         self.slots.clear();
+        self.links.clear();
         self.buckets.clear();
         self.smallest = NIL;
         self.free = NIL;
@@ -130,14 +150,14 @@ impl Summary {
 
     /// Every tracked key.
     pub(super) fn tracked(&self) -> impl Iterator<Item = Tracked<'_>> {
-        (0..self.slots.len()).map(|slot| self.tracked_at(slot))
+        (0..self.slots.len() as u32).map(|slot| self.tracked_at(slot))
     }
 
-    fn tracked_at(&self, slot: usize) -> Tracked<'_> {
-        let s = &self.slots[slot];
+    fn tracked_at(&self, slot: u32) -> Tracked<'_> {
+        let s = &self.slots[slot as usize];
         Tracked {
             key: &s.key,
-            count: self.buckets[s.bucket].count,
+            count: self.bucket(self.link(slot).bucket).count,
             error: s.error,
             counts: s.counts,
         }
@@ -151,9 +171,27 @@ impl Summary {
         hasher.finish()
     }
 
-    fn find(&self, hash: u64, key: &str) -> Option<usize> {
+    fn find(&self, hash: u64, key: &str) -> Option<u32> {
         let slots = &self.slots;
-        self.index.find(hash, |&s| slots[s].key == key).copied()
+        self.index
+            .find(hash, |&s| slots[s as usize].key == key)
+            .copied()
+    }
+
+    fn link(&self, slot: u32) -> &Link {
+        &self.links[slot as usize]
+    }
+
+    fn link_mut(&mut self, slot: u32) -> &mut Link {
+        &mut self.links[slot as usize]
+    }
+
+    fn bucket(&self, bucket: u32) -> &Bucket {
+        &self.buckets[bucket as usize]
+    }
+
+    fn bucket_mut(&mut self, bucket: u32) -> &mut Bucket {
+        &mut self.buckets[bucket as usize]
     }
 
     /// The most any untracked key's true count can be: the smallest count
@@ -163,7 +201,7 @@ impl Summary {
         if self.slots.len() < self.capacity || self.smallest == NIL {
             0
         } else {
-            self.buckets[self.smallest].count
+            self.bucket(self.smallest).count
         }
     }
 
@@ -175,7 +213,7 @@ impl Summary {
             Some(slot) => slot,
             None => self.take_in(key, hash),
         };
-        self.slots[slot].counts.add(hit, hits);
+        self.slots[slot as usize].counts.add(hit, hits);
         self.raise(slot, hits);
     }
 
@@ -183,13 +221,13 @@ impl Summary {
     /// summary is full, that of the key that has had the smallest count
     /// longest, `key` inheriting that count as its possible overestimate.
     #[inline]
-    fn take_in(&mut self, key: &str, hash: u64) -> usize {
+    fn take_in(&mut self, key: &str, hash: u64) -> u32 {
         let slot = if self.slots.len() < self.capacity {
             self.track(key, hash)
         } else {
-            let bucket = &self.buckets[self.smallest];
+            let bucket = self.bucket(self.smallest);
             let (slot, count) = (bucket.first, bucket.count);
-            let s = &mut self.slots[slot];
+            let s = &mut self.slots[slot as usize];
             s.key.clear();
             s.key.push_str(key);
             s.hash = hash;
@@ -201,7 +239,8 @@ impl Summary {
             self.reindex();
         } else {
             let slots = &self.slots;
-            self.index.insert_unique(hash, slot, |&s| slots[s].hash);
+            self.index
+                .insert_unique(hash, slot, |&s| slots[s as usize].hash);
         }
         slot
     }
@@ -210,26 +249,30 @@ impl Summary {
     fn reindex(&mut self) {
         let slots = &self.slots;
         self.index.clear();
-        for (slot, s) in slots.iter().enumerate() {
-            self.index.insert_unique(s.hash, slot, |&s| slots[s].hash);
+        for (slot, s) in (0..).zip(slots) {
+            self.index
+                .insert_unique(s.hash, slot, |&s| slots[s as usize].hash);
         }
     }
 
     /// A new slot for `key`, at a count of 0.
-    fn track(&mut self, key: &str, hash: u64) -> usize {
-        let slot = self.slots.len();
+    fn track(&mut self, key: &str, hash: u64) -> u32 {
+        // Below `MAX_CAPACITY`, so below `NIL`.
+        let slot = self.slots.len() as u32;
         self.slots.push(Slot {
             key: key.to_string(),
             hash,
             error: 0,
             counts: Counts::default(),
+        });
+        self.links.push(Link {
             bucket: NIL,
             prev: slot,
             next: slot,
         });
         let zero = match self.smallest {
             NIL => NIL,
-            smallest if self.buckets[smallest].count == 0 => smallest,
+            smallest if self.bucket(smallest).count == 0 => smallest,
             _ => NIL,
         };
         let bucket = if zero == NIL {
@@ -247,27 +290,27 @@ impl Summary {
     /// its new count, made if there is none, or takes its bucket along when
     /// it is alone there.
     #[inline]
-    fn raise(&mut self, slot: usize, by: u64) {
-        let from = self.slots[slot].bucket;
-        let count = self.buckets[from].count.saturating_add(by);
-        if count == self.buckets[from].count {
+    fn raise(&mut self, slot: u32, by: u64) {
+        let from = self.link(slot).bucket;
+        let count = self.bucket(from).count.saturating_add(by);
+        if count == self.bucket(from).count {
             return;
         }
         // The last bucket below the new count, and the one after it.
-        let (mut below, mut above) = (from, self.buckets[from].next);
-        while above != NIL && self.buckets[above].count < count {
+        let (mut below, mut above) = (from, self.bucket(from).next);
+        while above != NIL && self.bucket(above).count < count {
             below = above;
-            above = self.buckets[above].next;
+            above = self.bucket(above).next;
         }
-        if above != NIL && self.buckets[above].count == count {
+        if above != NIL && self.bucket(above).count == count {
             self.leave(slot);
             self.join(slot, above);
-        } else if self.slots[slot].next == slot {
+        } else if self.link(slot).next == slot {
             if below != from {
                 self.unlink(from);
                 self.link_after(from, below);
             }
-            self.buckets[from].count = count;
+            self.bucket_mut(from).count = count;
         } else {
             self.leave(slot);
             let bucket = self.new_bucket(count);
@@ -278,44 +321,42 @@ impl Summary {
 
     /// Puts `slot` last in `bucket`'s ring.
     #[inline(always)]
-    fn join(&mut self, slot: usize, bucket: usize) {
-        self.slots[slot].bucket = bucket;
-        let first = self.buckets[bucket].first;
+    fn join(&mut self, slot: u32, bucket: u32) {
+        self.link_mut(slot).bucket = bucket;
+        let first = self.bucket(bucket).first;
         if first == NIL {
-            self.slots[slot].prev = slot;
-            self.slots[slot].next = slot;
-            self.buckets[bucket].first = slot;
+            let link = self.link_mut(slot);
+            (link.prev, link.next) = (slot, slot);
+            self.bucket_mut(bucket).first = slot;
             return;
         }
-        let last = self.slots[first].prev;
-        self.slots[slot].prev = last;
-        self.slots[slot].next = first;
-        self.slots[last].next = slot;
-        self.slots[first].prev = slot;
+        let last = self.link(first).prev;
+        let link = self.link_mut(slot);
+        (link.prev, link.next) = (last, first);
+        self.link_mut(last).next = slot;
+        self.link_mut(first).prev = slot;
     }
 
     /// Takes `slot` out of its bucket's ring, freeing the bucket if that
     /// empties it.
     #[inline(always)]
-    fn leave(&mut self, slot: usize) {
-        let Slot {
-            bucket, prev, next, ..
-        } = self.slots[slot];
+    fn leave(&mut self, slot: u32) {
+        let Link { bucket, prev, next } = *self.link(slot);
         if next == slot {
             self.unlink(bucket);
-            self.buckets[bucket].next = self.free;
+            self.bucket_mut(bucket).next = self.free;
             self.free = bucket;
             return;
         }
-        self.slots[prev].next = next;
-        self.slots[next].prev = prev;
-        if self.buckets[bucket].first == slot {
-            self.buckets[bucket].first = next;
+        self.link_mut(prev).next = next;
+        self.link_mut(next).prev = prev;
+        if self.bucket(bucket).first == slot {
+            self.bucket_mut(bucket).first = next;
         }
     }
 
     /// An empty bucket of `count`, in no list yet.
-    fn new_bucket(&mut self, count: u64) -> usize {
+    fn new_bucket(&mut self, count: u64) -> u32 {
         let bucket = Bucket {
             count,
             first: NIL,
@@ -323,41 +364,42 @@ impl Summary {
             next: NIL,
         };
         if self.free == NIL {
+            // At most one bucket per key kept, so below `NIL`.
             self.buckets.push(bucket);
-            return self.buckets.len() - 1;
+            return self.buckets.len() as u32 - 1;
         }
         let reused = self.free;
-        self.free = self.buckets[reused].next;
-        self.buckets[reused] = bucket;
+        self.free = self.bucket(reused).next;
+        *self.bucket_mut(reused) = bucket;
         reused
     }
 
     /// Puts `bucket` in the list right after `below` (first for `NIL`).
-    fn link_after(&mut self, bucket: usize, below: usize) {
+    fn link_after(&mut self, bucket: u32, below: u32) {
         let above = match below {
             NIL => self.smallest,
-            below => self.buckets[below].next,
+            below => self.bucket(below).next,
         };
-        self.buckets[bucket].prev = below;
-        self.buckets[bucket].next = above;
+        let b = self.bucket_mut(bucket);
+        (b.prev, b.next) = (below, above);
         if above != NIL {
-            self.buckets[above].prev = bucket;
+            self.bucket_mut(above).prev = bucket;
         }
         match below {
             NIL => self.smallest = bucket,
-            below => self.buckets[below].next = bucket,
+            below => self.bucket_mut(below).next = bucket,
         }
     }
 
     /// Takes `bucket` out of the list.
-    fn unlink(&mut self, bucket: usize) {
-        let Bucket { prev, next, .. } = self.buckets[bucket];
+    fn unlink(&mut self, bucket: u32) {
+        let Bucket { prev, next, .. } = *self.bucket(bucket);
         match prev {
             NIL => self.smallest = next,
-            prev => self.buckets[prev].next = next,
+            prev => self.bucket_mut(prev).next = next,
         }
         if next != NIL {
-            self.buckets[next].prev = prev;
+            self.bucket_mut(next).prev = prev;
         }
     }
 }
@@ -374,15 +416,15 @@ mod tests {
             let mut seen = 0;
             let (mut bucket, mut below, mut last) = (self.smallest, NIL, None);
             while bucket != NIL {
-                let b = &self.buckets[bucket];
+                let b = self.bucket(bucket);
                 assert_eq!(b.prev, below);
                 assert!(last < Some(b.count), "counts rise along the list");
                 let mut slot = b.first;
                 loop {
-                    assert_eq!(self.slots[slot].bucket, bucket);
-                    assert_eq!(self.slots[self.slots[slot].next].prev, slot);
+                    assert_eq!(self.link(slot).bucket, bucket);
+                    assert_eq!(self.link(self.link(slot).next).prev, slot);
                     seen += 1;
-                    slot = self.slots[slot].next;
+                    slot = self.link(slot).next;
                     if slot == b.first {
                         break;
                     }
@@ -390,6 +432,7 @@ mod tests {
                 (below, last, bucket) = (bucket, Some(b.count), b.next);
             }
             assert_eq!(seen, self.slots.len());
+            assert_eq!(self.links.len(), self.slots.len());
             for s in &self.slots {
                 assert!(self.get(&s.key).is_some());
             }
