@@ -1,5 +1,5 @@
-//! The lock of one shard: one writer at a time, and readers that take no
-//! lock at all.
+//! The lock of one shard (and of one stripe of a heavy-hitter summary,
+//! `crate::top`): one writer at a time, and readers that take no lock at all.
 //!
 //! Writers charge, insert, remove and sweep. A reader (a lookup that only
 //! decides a denial, which changes nothing) writes nothing: it loads the
