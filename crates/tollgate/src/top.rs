@@ -48,9 +48,10 @@
 //! thread records into holds nothing), and [`Top`] tracks at most
 //! [`TopConfig::max_rules`] rules. `k` is at most
 //! [`TopConfig::MAX_CAPACITY`]; each key kept costs one 64-byte line for
-//! its numbers, 12 bytes for its place among the counts, and its bytes. Each sub-window's index of its keys
-//! holds at most `4k` entries (an evicted key's entry is left until the
-//! index is made anew, which spares a lookup per new key). A hit allocates
+//! its numbers, 12 bytes for its place among the counts, and its bytes.
+//! Each sub-window's index of its keys holds at most `4k` entries (an
+//! evicted key's entry is left until the index is made anew, which spares
+//! a lookup per new key). A hit allocates
 //! nothing once a sub-window's summary is full and its index has grown to
 //! that bound: a new key is copied into the buffer of the one it replaces.
 //!
