@@ -18,6 +18,8 @@
 use std::cell::Cell;
 use std::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
 
+use crate::shard_lock::Backoff;
+
 /// Threads that may read optimistically at once; a thread beyond them
 /// takes the locked path.
 const SLOTS: usize = 128;
@@ -136,16 +138,11 @@ impl Drop for Reading {
 pub(crate) fn wait() {
     fence(Ordering::SeqCst);
     for slot in &TABLE[..USED.load(Ordering::SeqCst)] {
-        let mut spins = 0u32;
+        // A reader never waits for anything while announced, so it is gone
+        // within nanoseconds unless its thread was descheduled.
+        let mut backoff = Backoff::default();
         while slot.active.load(Ordering::Acquire) != 0 {
-            // A reader never waits for anything while announced, so it is
-            // gone within nanoseconds unless its thread was descheduled.
-            if spins < 64 {
-                std::hint::spin_loop();
-                spins += 1;
-            } else {
-                std::thread::yield_now();
-            }
+            backoff.wait();
         }
     }
 }

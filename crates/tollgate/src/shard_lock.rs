@@ -153,14 +153,16 @@ impl<T> Drop for WriteGuard<'_, T> {
     }
 }
 
-/// Spins a little longer each time, then yields the CPU.
+/// Spins a little longer each time, then yields the CPU: for waits on a
+/// holder that is gone within nanoseconds unless it was descheduled.
 #[derive(Default)]
-struct Backoff {
+pub(crate) struct Backoff {
     step: u32,
 }
 
 impl Backoff {
-    fn wait(&mut self) {
+    /// Waits a little, longer than the last time.
+    pub(crate) fn wait(&mut self) {
         if self.step < 6 {
             for _ in 0..1u32 << self.step {
                 std::hint::spin_loop();

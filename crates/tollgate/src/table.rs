@@ -59,6 +59,21 @@ fn tail(homes: usize) -> usize {
     (homes / 4).clamp(GROUP, 256)
 }
 
+/// In a group of control bytes, the high bit of each byte equal to the
+/// tag repeated in `wanted` (and, rarely, of a byte above one of them: the
+/// key comparison settles those) before the group's first empty byte, and
+/// the high bit of every empty byte.
+#[inline(always)]
+fn candidates(group: u64, wanted: u64) -> (u64, u64) {
+    let empty = !group & HIGH;
+    let same = group ^ wanted;
+    let mut matches = same.wrapping_sub(LOW) & !same & HIGH;
+    if empty != 0 {
+        matches &= (empty & empty.wrapping_neg()) - 1;
+    }
+    (matches, empty)
+}
+
 /// A bit copy of the value `eq` picks among those of `hash`, in the table
 /// whose control bytes, slots and home bucket count are `tags`, `slots` and
 /// `homes`, read while writers may be changing it (see `Probe::peek`):
@@ -100,12 +115,7 @@ pub(crate) unsafe fn peek<T>(
         // volatile read of 8 bytes compiled to 8 loads and 14 shifts and
         // ors); whatever it reads, the probe stays in bounds (above).
         let group = u64::from_le(unsafe { ((tags + index) as *const u64).read_unaligned() });
-        let empty = !group & HIGH;
-        let same = group ^ wanted;
-        let mut matches = same.wrapping_sub(LOW) & !same & HIGH;
-        if empty != 0 {
-            matches &= (empty & empty.wrapping_neg()) - 1;
-        }
+        let (mut matches, empty) = candidates(group, wanted);
         while matches != 0 {
             let at = index + matches.trailing_zeros() as usize / 8;
             // SAFETY: `at` had a full control byte, so it is a bucket
@@ -231,15 +241,7 @@ impl<T> Table<T> {
         let wanted = u64::from(tag(hash)) * LOW;
         let mut index = home(hash, self.homes);
         loop {
-            let group = self.group(index);
-            let empty = !group & HIGH;
-            let same = group ^ wanted;
-            // Bytes equal to the tag (and, rarely, a byte above one of them:
-            // the key comparison settles those), before the first empty one.
-            let mut matches = same.wrapping_sub(LOW) & !same & HIGH;
-            if empty != 0 {
-                matches &= (empty & empty.wrapping_neg()) - 1;
-            }
+            let (mut matches, empty) = candidates(self.group(index), wanted);
             while matches != 0 {
                 let at = index + matches.trailing_zeros() as usize / 8;
                 // SAFETY: `at` is before the group's first empty byte, so a
