@@ -35,14 +35,22 @@ use crate::{
 /// The rules that apply to a request, inline for the usual few.
 pub(crate) type Plan = SmallVec<[Planned; 3]>;
 
-/// What each rule decided, inline for the usual few.
-pub(crate) type Entries = SmallVec<[Entry; 3]>;
+/// What each rule decided, inline for one: the response future carries
+/// them to the response, and every byte inline is copied with it.
+pub(crate) type Entries = SmallVec<[Entry; 1]>;
 
 /// A rule that applies to a request, with its key and cost.
 pub(crate) struct Planned {
     rule: usize,
     key: String,
     cost: u64,
+}
+
+impl Planned {
+    /// The rule's place in the layer.
+    pub(crate) fn rule(&self) -> usize {
+        self.rule
+    }
 }
 
 /// What one rule decided for the request.
@@ -147,13 +155,7 @@ impl<B: Backend> Gate<B> {
                     if closed {
                         compiled.metrics.count(Outcome::FailedClosed);
                         self.refund_all(&mut entries).await;
-                        let retry_after = self.options.unavailable_retry_after;
-                        return self.refuse(
-                            rule,
-                            StatusCode::SERVICE_UNAVAILABLE,
-                            Reason::StoreUnavailable { retry_after },
-                            entries,
-                        );
+                        return self.unavailable(rule, entries);
                     }
                     compiled.metrics.count(Outcome::FailedOpen);
                     continue;
@@ -239,6 +241,17 @@ impl<B: Backend> Gate<B> {
             OnStoreError::Closed => Fallback::Closed,
             OnStoreError::With(handler) => handler.on_failure(&rule.name, key, cost, error),
         }
+    }
+
+    /// `rule`'s answer when its store failed and it fails closed.
+    pub(crate) fn unavailable(&self, rule: usize, entries: Entries) -> Verdict {
+        let retry_after = self.options.unavailable_retry_after;
+        self.refuse(
+            rule,
+            StatusCode::SERVICE_UNAVAILABLE,
+            Reason::StoreUnavailable { retry_after },
+            entries,
+        )
     }
 
     fn refuse(&self, rule: usize, status: StatusCode, reason: Reason, entries: Entries) -> Verdict {

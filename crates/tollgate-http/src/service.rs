@@ -28,7 +28,7 @@ use pin_project_lite::pin_project;
 use tollgate::Backend;
 use tower_service::Service;
 
-use crate::admit::{Entries, Plan, Verdict};
+use crate::admit::{Entries, Plan, Planned, Verdict};
 use crate::layer::Gate;
 use crate::observe::latency;
 use crate::{LimitBody, RequestView};
@@ -85,35 +85,76 @@ where
                     response: Some(self.gate.refused(&refusal, &[])),
                 }
             }
-            Ok(plan) => {
-                let mut decision = decide(Arc::clone(&self.gate), plan, started);
-                // A store in process memory has decided by its first poll:
-                // then the inner service is called here and the request is
-                // never parked in the future. A store that must wait is
-                // polled again, with the task's waker, when the future is.
-                let now = match tokio::runtime::Handle::try_current() {
-                    Ok(_) => decision
-                        .as_mut()
-                        .poll(&mut Context::from_waker(futures_task::noop_waker_ref())),
-                    Err(_) => Poll::Pending,
-                };
-                match now {
-                    Poll::Ready(verdict) => next(&self.gate, &mut self.inner, verdict, request),
-                    Poll::Pending => {
-                        // The clone that was polled ready is the one
-                        // called, once the store has decided.
-                        let clone = self.inner.clone();
-                        let inner = std::mem::replace(&mut self.inner, clone);
-                        State::Deciding {
-                            decision,
-                            next: Some((inner, request)),
-                            gate: Arc::clone(&self.gate),
-                        }
+            Ok(plan) if B::DECIDES_AT_ONCE => {
+                let verdict = decided_here(&self.gate, plan);
+                latency(started);
+                match verdict {
+                    Verdict::Admit { delay, .. } if delay > 0 => {
+                        self.deciding(queue(Arc::clone(&self.gate), verdict), request)
                     }
+                    verdict => next(&self.gate, &mut self.inner, verdict, request),
                 }
             }
+            Ok(plan) => self.deciding(decide(Arc::clone(&self.gate), plan, started), request),
         };
         ResponseFuture { state }
+    }
+}
+
+impl<S: Clone, B: Backend + 'static> RateLimitService<S, B> {
+    /// Waits for `decision`, then goes on as [`next`] says.
+    fn deciding<ReqBody, ResBody>(
+        &mut self,
+        mut decision: Decision,
+        request: Request<ReqBody>,
+    ) -> State<S, B, ReqBody, ResBody>
+    where
+        S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    {
+        // A store that answers without waiting (one in process memory,
+        // behind a wrapper that cannot say so) has decided by the first
+        // poll: then the inner service is called here and the request is
+        // never parked in the future. A store that must wait is polled
+        // again, with the task's waker, when the future is.
+        let now = match tokio::runtime::Handle::try_current() {
+            Ok(_) => decision
+                .as_mut()
+                .poll(&mut Context::from_waker(futures_task::noop_waker_ref())),
+            Err(_) => Poll::Pending,
+        };
+        match now {
+            Poll::Ready(verdict) => next(&self.gate, &mut self.inner, verdict, request),
+            Poll::Pending => {
+                // The clone that was polled ready is the one called, once
+                // the store has decided.
+                let clone = self.inner.clone();
+                let inner = std::mem::replace(&mut self.inner, clone);
+                State::Deciding {
+                    decision,
+                    next: Some((inner, request)),
+                    gate: Arc::clone(&self.gate),
+                }
+            }
+        }
+    }
+}
+
+/// The verdict on `plan` of a store that [decides at
+/// once](Backend::DECIDES_AT_ONCE), reached on this stack frame: no box
+/// and no waker, where [`decide`] allocates its future (more than a
+/// kilobyte, past the allocator's per-thread cache).
+fn decided_here<B: Backend>(gate: &Gate<B>, plan: Plan) -> Verdict {
+    let first = plan.first().map_or(0, Planned::rule);
+    let admitting = std::pin::pin!(gate.admit(plan));
+    match admitting.poll(&mut Context::from_waker(futures_task::noop_waker_ref())) {
+        Poll::Ready(verdict) => verdict,
+        // A store that broke its word: what it did is left as a store
+        // failing mid-request leaves it, and the request is answered as
+        // one refused by a failing store, not lost.
+        Poll::Pending => {
+            tracing::error!("a store that decides at once did not; answered 503");
+            gate.unavailable(first, Entries::new())
+        }
     }
 }
 
@@ -141,8 +182,8 @@ where
 }
 
 /// What the store decides for a request, with a queue's wait already
-/// waited: the one part of a request whose future belongs to the backend,
-/// so the one part kept behind a pointer.
+/// waited, kept behind a pointer while it waits: the one part of a request
+/// whose future belongs to the backend (or to a queue's timer).
 type Decision = Pin<Box<dyn Future<Output = Verdict> + Send>>;
 
 /// The rest of a request whose rules settle their costs with the response.
@@ -157,21 +198,31 @@ fn decide<B: Backend + 'static>(
     Box::pin(async move {
         let verdict = gate.admit(plan).await;
         latency(started);
-        match verdict {
-            Verdict::Admit { entries, delay } if delay > 0 => {
-                let queued = Queued {
-                    gate,
-                    entries: Some(entries),
-                };
-                tokio::time::sleep(Duration::from_nanos(delay)).await;
-                Verdict::Admit {
-                    entries: queued.release(),
-                    delay: 0,
-                }
-            }
-            verdict => verdict,
-        }
+        waited(gate, verdict).await
     })
+}
+
+/// [`waited`], kept behind a pointer until the queue releases the request.
+fn queue<B: Backend + 'static>(gate: Arc<Gate<B>>, verdict: Verdict) -> Decision {
+    Box::pin(waited(gate, verdict))
+}
+
+/// `verdict`, after the wait in a queue it admits with.
+async fn waited<B: Backend + 'static>(gate: Arc<Gate<B>>, verdict: Verdict) -> Verdict {
+    match verdict {
+        Verdict::Admit { entries, delay } if delay > 0 => {
+            let queued = Queued {
+                gate,
+                entries: Some(entries),
+            };
+            tokio::time::sleep(Duration::from_nanos(delay)).await;
+            Verdict::Admit {
+                entries: queued.release(),
+                delay: 0,
+            }
+        }
+        verdict => verdict,
+    }
 }
 
 pin_project! {

@@ -8,7 +8,10 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::Full;
-use tollgate::{Algorithm, Backend, FakeClock, Limit, MemoryBackend, Quota};
+use tollgate::{
+    Algorithm, Backend, BackendError, FakeClock, Limit, MemoryBackend, Operation, Outcome, Policy,
+    Quota,
+};
 use tollgate_http::{Cost, Key, LimitBody, RateLimit, Reconcile, ReportedCost, Rule};
 use tower::{service_fn, Layer, Service, ServiceExt};
 
@@ -87,6 +90,39 @@ async fn a_client_that_leaves_the_queue_gives_its_slot_back() {
         timed(svc.clone()).await,
         (StatusCode::OK, Duration::from_secs(1))
     );
+}
+
+/// A store that says it decides at once, then never answers.
+struct Stalls;
+
+impl Backend for Stalls {
+    type Prepared = ();
+    const DECIDES_AT_ONCE: bool = true;
+
+    fn prepare(&self, _: &Policy) -> Result<(), BackendError> {
+        Ok(())
+    }
+
+    fn apply(
+        &self,
+        _: &str,
+        _: &(),
+        _: Operation,
+    ) -> impl std::future::Future<Output = Result<Outcome, BackendError>> + Send {
+        std::future::pending()
+    }
+}
+
+#[tokio::test]
+async fn a_store_that_does_not_decide_at_once_as_it_said_gets_503_not_a_hang() {
+    let quota = Quota::per_second(1).unwrap();
+    let layer = RateLimit::builder(Stalls)
+        .rule(Rule::new("stalled", Limit::new(Algorithm::Gcra, quota)).key(Key::constant("all")))
+        .build()
+        .unwrap();
+    let response = service(&layer).oneshot(request()).await.unwrap();
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(response.headers()["retry-after"], "1");
 }
 
 /// Requests of a pseudo-random size, each estimated at 50 tokens.

@@ -25,6 +25,12 @@ pub trait Backend: Send + Sync {
     /// caller can keep one per rule.
     type Prepared: Clone + Send + Sync + 'static;
 
+    /// True when every future [`Backend::apply`] returns is ready at its
+    /// first poll, as a store in process memory's is: a caller may then
+    /// poll it where it stands, on its own stack, instead of keeping it
+    /// behind a pointer until it is woken. False unless a store says so.
+    const DECIDES_AT_ONCE: bool = false;
+
     /// Accepts `policy`, or refuses it when this store cannot enforce it
     /// exactly (for example a quota outside the range its arithmetic is
     /// exact for), so the error comes when the policy is set up rather than
@@ -259,6 +265,8 @@ where
     P::Target: Backend,
 {
     type Prepared = <P::Target as Backend>::Prepared;
+
+    const DECIDES_AT_ONCE: bool = P::Target::DECIDES_AT_ONCE;
 
     fn prepare(&self, policy: &Policy) -> Result<Self::Prepared, BackendError> {
         (**self).prepare(policy)

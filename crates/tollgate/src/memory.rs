@@ -101,6 +101,9 @@ impl<C: Clock + Clone + 'static> Backend for MemoryBackend<C> {
     /// The policy's limiter: found or made once, then used directly.
     type Prepared = Arc<Limiter<String, C>>;
 
+    /// Every operation is decided in the call, with no I/O to wait for.
+    const DECIDES_AT_ONCE: bool = true;
+
     fn prepare(&self, policy: &Policy) -> Result<Self::Prepared, BackendError> {
         Ok(self.limiter(policy))
     }
