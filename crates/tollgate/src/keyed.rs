@@ -198,7 +198,7 @@ impl<K: Hash + Eq, R: Rules> Keyed<K, R> {
         self.update_new(&mut located, key, now, bounds, op)
     }
 
-    /// Threads queueing for a key they are refused: lets the next denials
+    /// Threads taking turns on a key they are refused: lets the next denials
     /// in the shard skip its lock ([`Keyed::denial`]), until a charge is
     /// made (or [`Probe::peek`] finds nobody in the way).
     #[inline(always)]
@@ -210,7 +210,7 @@ impl<K: Hash + Eq, R: Rules> Keyed<K, R> {
     ) {
         if charged {
             probe.set_peek_first(false);
-        } else if located.waited && ShardedMap::<K, R::State>::LOCK_FREE_READS {
+        } else if located.contended {
             probe.set_peek_first(true);
         }
     }
@@ -556,6 +556,30 @@ mod tests {
             idle_grace: 0,
             keys: AtomicUsize::new(0),
         }
+    }
+
+    #[test]
+    fn refusals_read_without_the_lock_once_threads_take_turns_and_locked_again_alone() {
+        let quota = Quota::per_hour(1).unwrap();
+        let keyed: Keyed<u64, One<Compact<Gcra>>> = Keyed::new(One::new(quota), Sizing::growing(2));
+        let (clock, bounds) = (FakeClock::new(), bounds());
+        let peek_first = || keyed.map.probe(&7).peek_first();
+        assert!(keyed.check(&7, 1, &clock, &bounds).unwrap().allowed);
+        // Alone on the key: every refusal takes the lock.
+        assert!(!keyed.check(&7, 1, &clock, &bounds).unwrap().allowed);
+        assert!(!peek_first());
+        // Another thread refused on it: the shard changed hands, with no
+        // wait needed to see it.
+        std::thread::scope(|s| {
+            s.spawn(|| assert!(!keyed.check(&7, 1, &clock, &bounds).unwrap().allowed));
+        });
+        assert!(peek_first());
+        // Alone again: one read in 64 takes the lock, finds the shard
+        // changed hands once more, then that this thread held it last.
+        for _ in 0..128 {
+            assert!(!keyed.check(&7, 1, &clock, &bounds).unwrap().allowed);
+        }
+        assert!(!peek_first());
     }
 
     /// Checks a trace of (key, gap, cost) on two limiters, one trying

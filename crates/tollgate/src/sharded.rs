@@ -25,13 +25,46 @@ pub(crate) struct ShardedMap<K, V> {
 struct Locked<K, V> {
     hint: SlotHint,
     /// Whether denials are first tried without the lock ([`Probe::peek`]):
-    /// set when a denial was decided after waiting for the lock (threads
-    /// queueing for a key they are refused), cleared by the next charge or
-    /// when [`Probe::peek`], taking the lock now and then, does not wait for
-    /// it. Uncontended, the locked path is the faster one (it looks the key
-    /// up once whatever the answer). Written only when it changes.
+    /// set when a denial was decided with the shard contended (threads
+    /// taking turns on a key they are refused: see [`Located::contended`]),
+    /// cleared by the next charge or when [`Probe::peek`], taking the lock
+    /// now and then, finds it was the last to hold it. Uncontended, the
+    /// locked path is the faster one (it looks the key up once whatever the
+    /// answer). Written only when it changes.
     peek_first: AtomicBool,
+    /// The thread that last held the lock ([`thread_token`]; 0 for none),
+    /// for maps read without it; written under the lock, and only when it
+    /// changes.
+    holder: AtomicUsize,
     shard: ShardLock<Shard<K, V>>,
+}
+
+impl<K, V> Locked<K, V> {
+    /// Whether another thread held the lock last, making this thread its
+    /// holder; to be called with the lock held. Two threads taking turns on
+    /// a shard move its lines between their cores at every turn, whether or
+    /// not one ever waits for the other: on some machines the line moves so
+    /// fast that the other thread is seldom caught holding the lock.
+    #[inline(always)]
+    fn changed_hands(&self) -> bool {
+        let (me, last) = (thread_token(), self.holder.load(Ordering::Relaxed));
+        if last == me {
+            return false;
+        }
+        self.holder.store(me, Ordering::Relaxed);
+        // 0: nobody held it yet.
+        last != 0
+    }
+}
+
+thread_local! {
+    static TOKEN: u8 = const { 0 };
+}
+
+/// A number no other running thread has: the address of a thread-local.
+#[inline(always)]
+fn thread_token() -> usize {
+    TOKEN.with(|token| std::ptr::from_ref(token) as usize)
 }
 
 /// Where a shard's table keeps a key's control byte and slot, so both can
@@ -158,10 +191,12 @@ impl<'a, K, V> Probe<'a, K, V> {
         let Some(_reading) = readers::enter() else {
             // Now and then the lock is taken instead, to see whether anyone
             // is still in the way: alone, the locked path is the cheaper.
-            let (_, waited) = self.locked.shard.write();
-            if !waited {
+            let (shard, waited) = self.locked.shard.write();
+            let shared = self.locked.changed_hands();
+            if !waited && !shared {
                 self.set_peek_first(false);
             }
+            drop(shard);
             return None;
         };
         let lock = &self.locked.shard;
@@ -233,11 +268,14 @@ impl<'a, K, V> Probe<'a, K, V> {
     #[inline(always)]
     pub(crate) fn lock(&self) -> Located<'a, K, V> {
         let (shard, waited) = self.locked.shard.write();
+        // Known when compiled: only maps read without the lock use it.
+        let contended =
+            ShardedMap::<K, V>::LOCK_FREE_READS && (self.locked.changed_hands() || waited);
         Located {
             hash: self.hash,
             hint: &self.locked.hint,
             shard,
-            waited,
+            contended,
         }
     }
 }
@@ -247,8 +285,9 @@ pub(crate) struct Located<'a, K, V> {
     pub(crate) hash: u64,
     hint: &'a SlotHint,
     pub(crate) shard: WriteGuard<'a, Shard<K, V>>,
-    /// Whether another thread held the shard when it was locked.
-    pub(crate) waited: bool,
+    /// For maps read without the lock: whether another thread held the
+    /// shard when it was locked, or was the last to hold it.
+    pub(crate) contended: bool,
 }
 
 impl<K, V> Located<'_, K, V> {
@@ -312,6 +351,7 @@ impl<K: Hash + Eq, V> ShardedMap<K, V> {
                     Locked {
                         hint,
                         peek_first: AtomicBool::new(false),
+                        holder: AtomicUsize::new(0),
                         shard: ShardLock::new(Shard {
                             table,
                             cursor: 0,
