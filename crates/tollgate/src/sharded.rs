@@ -191,12 +191,9 @@ impl<'a, K, V> Probe<'a, K, V> {
         let Some(_reading) = readers::enter() else {
             // Now and then the lock is taken instead, to see whether anyone
             // is still in the way: alone, the locked path is the cheaper.
-            let (shard, waited) = self.locked.shard.write();
-            let shared = self.locked.changed_hands();
-            if !waited && !shared {
+            if !self.lock().contended {
                 self.set_peek_first(false);
             }
-            drop(shard);
             return None;
         };
         let lock = &self.locked.shard;
