@@ -20,8 +20,8 @@ use tollgate::{Backend, BackendError, BackendExt, Decision, RetryAfter};
 
 use crate::answer::{Reason, Refusal};
 use crate::fields::{
-    retry_after_secs, secs_up, write_limit_item, write_policy_item, LimitItem, PolicyItem,
-    RATELIMIT, RATELIMIT_POLICY, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET,
+    retry_after_secs, secs_up, write_limit_parameters, write_policy_item, PolicyItem, RATELIMIT,
+    RATELIMIT_POLICY, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET,
 };
 use crate::layer::Gate;
 use crate::observe::{Op, Outcome};
@@ -395,15 +395,8 @@ impl<B: Backend> Gate<B> {
                 if !limit.is_empty() {
                     limit.push_str(", ");
                 }
-                write_limit_item(
-                    limit,
-                    &LimitItem {
-                        name: &compiled.rule.name,
-                        remaining,
-                        reset,
-                        partition: digest.as_ref().map(|d| &d[..8]),
-                    },
-                );
+                limit.push_str(&compiled.limit_name);
+                write_limit_parameters(limit, remaining, reset, digest.as_ref().map(|d| &d[..8]));
                 if tightest.map_or(true, |(_, r, _)| remaining < r) {
                     tightest = Some((compiled.quota, remaining, reset));
                 }

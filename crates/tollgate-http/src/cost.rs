@@ -18,6 +18,7 @@ use http::{HeaderMap, HeaderName};
 use serde::Deserialize;
 
 use crate::key::header_name;
+use crate::view::Reads;
 use crate::RequestView;
 
 /// A cost computed by a function of the request.
@@ -80,6 +81,15 @@ impl Cost {
         f: impl Fn(&RequestView<'_>) -> Result<u64, CostError> + Send + Sync + 'static,
     ) -> Cost {
         Cost::With(Arc::new(f))
+    }
+
+    /// The view's optional parts the cost reads: all of them for a
+    /// function, which may read anything.
+    pub(crate) fn reads(&self) -> Reads {
+        match self {
+            Cost::With(_) => Reads::ALL,
+            Cost::Constant(_) | Cost::Header(_) | Cost::ContentLength => Reads::default(),
+        }
     }
 
     /// The cost of `view`, at least `min` unless the operator fixed it

@@ -126,10 +126,10 @@ fn join<T>(items: &[T], write: fn(&mut String, &T)) -> String {
 
 /// Appends one `RateLimit-Policy` member to `out`.
 pub fn write_policy_item(out: &mut String, p: &PolicyItem<'_>) {
-    write_member(
+    sf_string(out, p.name);
+    write_parameters(
         out,
-        p.name,
-        [("q", p.quota), ("w", p.window)],
+        [(";q=", p.quota), (";w=", p.window)],
         p.unit,
         p.partition,
     );
@@ -137,29 +137,40 @@ pub fn write_policy_item(out: &mut String, p: &PolicyItem<'_>) {
 
 /// Appends one `RateLimit` member to `out`.
 pub fn write_limit_item(out: &mut String, l: &LimitItem<'_>) {
-    write_member(
-        out,
-        l.name,
-        [("r", l.remaining), ("t", l.reset)],
-        None,
-        l.partition,
-    );
+    sf_string(out, l.name);
+    write_limit_parameters(out, l.remaining, l.reset, l.partition);
 }
 
-/// `"name";a=1;b=2;qu="unit";pk=:bytes:`.
-fn write_member(
+/// `name` as a member's name is written (a Structured Fields string), for
+/// a caller that writes the same name many times.
+pub(crate) fn member_name(name: &str) -> String {
+    let mut out = String::new();
+    sf_string(&mut out, name);
+    out
+}
+
+/// The parameters of a `RateLimit` member, appended after its name
+/// ([`member_name`]).
+pub(crate) fn write_limit_parameters(
     out: &mut String,
-    name: &str,
+    remaining: u64,
+    reset: u64,
+    partition: Option<&[u8]>,
+) {
+    write_parameters(out, [(";r=", remaining), (";t=", reset)], None, partition);
+}
+
+/// `;a=1;b=2;qu="unit";pk=:bytes:`, each number's key given with its `;`
+/// and `=`.
+fn write_parameters(
+    out: &mut String,
     numbers: [(&str, u64); 2],
     unit: Option<&str>,
     partition: Option<&[u8]>,
 ) {
     let mut digits = itoa::Buffer::new();
-    sf_string(out, name);
     for (key, value) in numbers {
-        out.push(';');
         out.push_str(key);
-        out.push('=');
         out.push_str(digits.format(value));
     }
     if let Some(unit) = unit {

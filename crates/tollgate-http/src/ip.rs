@@ -84,8 +84,20 @@ impl ClientIp {
 
     /// The client's address for `view`, `None` when the peer is unknown.
     pub fn resolve(&self, view: &RequestView<'_>) -> Option<IpAddr> {
+        self.client(view).map(|client| client.ip)
+    }
+
+    /// [`resolve`](ClientIp::resolve), with the hop's text when it can be
+    /// copied into a key as it is.
+    pub(crate) fn client<'v>(&self, view: &RequestView<'v>) -> Option<Client<'v>> {
         let lines = view.headers.get_all(self.header.name());
-        self.resolve_from(view.peer, lines.iter().map(http::HeaderValue::as_bytes))
+        // Visible ASCII, nearly every line, is text without a UTF-8 check.
+        let text = |line: &'v http::HeaderValue| {
+            line.to_str()
+                .ok()
+                .or_else(|| std::str::from_utf8(line.as_bytes()).ok())
+        };
+        self.walk(view.peer, lines.iter().map(text))
     }
 
     /// The client's address given the socket `peer` and the lines of the
@@ -99,34 +111,79 @@ impl ClientIp {
         peer: Option<IpAddr>,
         lines: impl DoubleEndedIterator<Item = &'h [u8]>,
     ) -> Option<IpAddr> {
-        let mut nearest = canonical(peer?);
-        if !self.trusts(nearest) {
+        self.walk(peer, lines.map(|line| std::str::from_utf8(line).ok()))
+            .map(|client| client.ip)
+    }
+
+    /// The walk over `lines`, each the line's text or `None` for a line
+    /// that is not text.
+    fn walk<'h>(
+        &self,
+        peer: Option<IpAddr>,
+        lines: impl DoubleEndedIterator<Item = Option<&'h str>>,
+    ) -> Option<Client<'h>> {
+        let mut nearest = Client::address(peer?);
+        if !self.trusts(nearest.ip) {
             return Some(nearest);
         }
         for line in lines.rev() {
-            // A line that is not text ends the walk, whatever its hops. Split
-            // at ASCII commas, a text line's hops are text too.
-            if !line.is_ascii() && std::str::from_utf8(line).is_err() {
+            // A line that is not text ends the walk, whatever its hops.
+            let Some(line) = line else {
                 return Some(nearest);
-            }
-            for hop in line.rsplit(|&b| b == b',') {
+            };
+            for hop in hops_from_the_right(line) {
                 let parsed = match self.header {
                     ForwardedHeader::XForwardedFor => hop_address(hop),
-                    ForwardedHeader::Forwarded => std::str::from_utf8(hop)
-                        .ok()
-                        .and_then(forwarded_for)
-                        .and_then(parse_hop),
+                    ForwardedHeader::Forwarded => {
+                        forwarded_for(hop).and_then(parse_hop).map(Client::address)
+                    }
                 };
-                let Some(ip) = parsed.map(canonical) else {
+                let Some(client) = parsed else {
                     return Some(nearest);
                 };
-                if !self.trusts(ip) {
-                    return Some(ip);
+                if !self.trusts(client.ip) {
+                    return Some(client);
                 }
-                nearest = ip;
+                nearest = client;
             }
         }
         Some(nearest)
+    }
+}
+
+/// The comma-separated hops of `line`, the nearest (rightmost) first.
+fn hops_from_the_right(line: &str) -> impl Iterator<Item = &str> {
+    let mut rest = Some(line);
+    std::iter::from_fn(move || {
+        let text = rest?;
+        // A byte search: `str::rsplit`'s searcher costs more than a short
+        // line does.
+        match text.bytes().rposition(|b| b == b',') {
+            Some(comma) => {
+                rest = text.get(..comma);
+                text.get(comma + 1..)
+            }
+            None => rest.take(),
+        }
+    })
+}
+
+/// The client's address, with the text of the hop that named it when that
+/// text is the address's canonical form (a plain dotted quad): a key then
+/// copies the text rather than formatting the address again.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Client<'h> {
+    ip: IpAddr,
+    text: Option<&'h str>,
+}
+
+impl Client<'_> {
+    /// `ip`, canonical, with no text to copy.
+    fn address(ip: IpAddr) -> Self {
+        Client {
+            ip: canonical(ip),
+            text: None,
+        }
     }
 }
 
@@ -145,12 +202,18 @@ fn forwarded_for(element: &str) -> Option<&str> {
     })
 }
 
-/// [`parse_hop`] of a hop's bytes, with the plain IPv4 address that
-/// nearly every hop is read without the general parser.
-fn hop_address(hop: &[u8]) -> Option<IpAddr> {
-    dotted_quad(hop.trim_ascii())
-        .map(IpAddr::V4)
-        .or_else(|| parse_hop(std::str::from_utf8(hop).ok()?))
+/// The client a forwarding hop names, with the plain IPv4 address that
+/// nearly every hop is read without the general parser ([`parse_hop`]).
+fn hop_address(hop: &str) -> Option<Client<'_>> {
+    let trimmed = hop.trim_ascii();
+    match dotted_quad(trimmed.as_bytes()) {
+        // Leading zeros refused, so the text is the canonical form.
+        Some(v4) => Some(Client {
+            ip: IpAddr::V4(v4),
+            text: Some(trimmed),
+        }),
+        None => parse_hop(hop).map(Client::address),
+    }
 }
 
 /// `a.b.c.d` exactly as `Ipv4Addr`'s parser accepts it (four decimal
@@ -221,6 +284,15 @@ impl IpPrefix {
         let mut out = String::new();
         self.write_network(ip, &mut out);
         out
+    }
+
+    /// [`network`](IpPrefix::network) of `client`, appended to `out`: a
+    /// full-length IPv4 prefix copies the hop's text when there is one.
+    pub(crate) fn write_client(&self, client: Client<'_>, out: &mut String) {
+        match client.text {
+            Some(text) if self.v4 >= 32 => out.push_str(text),
+            _ => self.write_network(client.ip, out),
+        }
     }
 
     /// [`network`](IpPrefix::network), appended to `out`.
@@ -379,7 +451,15 @@ mod tests {
             proptest::prop_assert_eq!(IpPrefix::default().network(IpAddr::V4(ip)), ip.to_string());
         }
 
-        // The fast path reads a hop exactly as the general parser does.
+        #[test]
+        fn hops_split_as_rsplit_splits(line in "[ ,0-9.a\u{e9}]{0,24}") {
+            let ours: Vec<&str> = hops_from_the_right(&line).collect();
+            let std: Vec<&str> = line.rsplit(',').collect();
+            proptest::prop_assert_eq!(ours, std);
+        }
+
+        // The fast path reads a hop exactly as the general parser does, and
+        // the text it keeps is the address's own form.
         #[test]
         fn hops_read_as_the_general_parser_reads_them(hop in "[ 0-9.:a-f\\[\\]]{0,20}|[ ]?[0-9]{1,4}\\.[0-9]{1,4}\\.[0-9]{1,4}\\.[0-9]{1,4}[ ]?") {
             let general = hop.trim().parse::<IpAddr>().ok();
@@ -390,7 +470,12 @@ mod tests {
             if let Some(IpAddr::V4(_)) = general {
                 proptest::prop_assert_eq!(fast, general);
             }
-            proptest::prop_assert_eq!(hop_address(hop.as_bytes()), parse_hop(&hop));
+            let client = hop_address(&hop);
+            proptest::prop_assert_eq!(client.map(|c| c.ip), parse_hop(&hop).map(canonical));
+            // The text a key copies is the address as it would be written.
+            if let Some(Client { ip, text: Some(text) }) = client {
+                proptest::prop_assert_eq!(text, ip.to_string());
+            }
         }
     }
 

@@ -28,6 +28,7 @@ use http::HeaderName;
 use serde::{Deserialize, Deserializer};
 
 use crate::digest::push_digest;
+use crate::view::Reads;
 use crate::{ClientIp, IpPrefix, RequestView};
 
 /// The longest key, in bytes, after its parts are joined. Longer keys are
@@ -180,11 +181,11 @@ impl Key {
     ) -> Result<(), KeyError> {
         match self {
             Key::Ip(prefix) => {
-                let ip = client_ip
-                    .resolve(view)
+                let client = client_ip
+                    .client(view)
                     .ok_or_else(|| KeyError::Missing(self.describe()))?;
                 out.push_str("ip=");
-                prefix.write_network(ip, out);
+                prefix.write_client(client, out);
             }
             Key::Header(h) => {
                 let value = view
@@ -274,6 +275,28 @@ impl Key {
             }
         }
         Ok(())
+    }
+
+    /// The view's optional parts this key reads.
+    pub(crate) fn reads(&self) -> Reads {
+        match self {
+            Key::Label(_) => Reads {
+                labels: true,
+                ..Reads::default()
+            },
+            Key::Route => Reads {
+                route: true,
+                ..Reads::default()
+            },
+            Key::Host => Reads {
+                host: true,
+                ..Reads::default()
+            },
+            Key::All(parts) | Key::FirstOf(parts) => parts
+                .iter()
+                .fold(Reads::default(), |reads, part| reads.and(part.reads())),
+            Key::Ip(_) | Key::Header(_) | Key::Constant(_) => Reads::default(),
+        }
     }
 
     /// Where the key comes from, for messages.

@@ -9,9 +9,10 @@ use tollgate::{Backend, BackendError, Clock, MonotonicClock};
 use tower_layer::Layer;
 
 use crate::answer::{problem_json, BodyWriter};
-use crate::fields::{secs_up, valid_name, write_policy_item, PolicyItem};
+use crate::fields::{member_name, secs_up, valid_name, write_policy_item, PolicyItem};
 use crate::observe::RuleMetrics;
 use crate::policies::PolicyValues;
+use crate::view::Reads;
 use crate::{ClientIp, KillSwitch, RateLimitService, Rule, TopPage, TopService};
 
 /// Rate limiting for a tower service (an axum `Router`, a hyper service):
@@ -256,6 +257,9 @@ impl<B: Backend> RateLimitBuilder<B> {
         Ok(RateLimit {
             gate: Arc::new(Gate {
                 reconciles: rules.iter().any(|c| c.rule.reconcile.is_some()),
+                reads: rules
+                    .iter()
+                    .fold(Reads::default(), |reads, c| reads.and(c.rule.reads())),
                 policies: PolicyValues::new(rules.len()),
                 backend: self.backend,
                 rules,
@@ -282,6 +286,8 @@ pub(crate) struct Gate<B: Backend> {
     /// Whether a rule settles its cost with the response: only then does a
     /// response wait on the store after the inner service.
     reconciles: bool,
+    /// What the rules read of a request beyond what every view has.
+    pub(crate) reads: Reads,
 }
 
 impl<B: Backend> Gate<B> {
@@ -306,6 +312,8 @@ pub(crate) struct Compiled<P> {
     /// The rule's `RateLimit-Policy` member, the same on every response
     /// unless it carries a partition key.
     pub(crate) policy_member: String,
+    /// The rule's name as its `RateLimit` member starts.
+    pub(crate) limit_name: String,
 }
 
 impl<P> Compiled<P> {
@@ -324,6 +332,7 @@ impl<P> Compiled<P> {
             },
         );
         Compiled {
+            limit_name: member_name(&rule.name),
             metrics: RuleMetrics::new(&rule.name),
             top,
             quota,

@@ -10,6 +10,7 @@
 
 use serde::Deserialize;
 
+use crate::view::Reads;
 use crate::RequestView;
 
 /// A rule's matcher: every condition given must hold; none given matches
@@ -60,6 +61,15 @@ impl Matcher {
     pub fn host(mut self, host: impl Into<String>) -> Self {
         self.host = Some(host.into());
         self
+    }
+
+    /// The view's optional parts matching reads.
+    pub(crate) fn reads(&self) -> Reads {
+        Reads {
+            host: self.host.is_some(),
+            route: self.route.is_some(),
+            labels: false,
+        }
     }
 
     /// Whether the rule applies to `view`.

@@ -21,6 +21,7 @@ use std::sync::Arc;
 use serde::Deserialize;
 use tollgate::{BackendError, Decision, Policy};
 
+use crate::view::Reads;
 use crate::{ClientIp, Cost, Key, Matcher, Reconcile};
 
 /// Whether a rule's denials are enforced.
@@ -112,6 +113,14 @@ pub struct Rule {
 }
 
 impl Rule {
+    /// The view's optional parts deciding this rule reads.
+    pub(crate) fn reads(&self) -> Reads {
+        self.matcher
+            .reads()
+            .and(self.key.reads())
+            .and(self.cost.reads())
+    }
+
     /// A rule called `name` (printable ASCII, unique in its layer) enforcing
     /// `policy` on every request, keyed by the client's address, cost 1,
     /// failing open.
@@ -251,5 +260,39 @@ impl Rule {
     /// What the rule does when the key is missing.
     pub fn missing_key(&self) -> MissingKey {
         self.on_missing_key
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tollgate::{Algorithm, Limit, Quota};
+
+    use super::*;
+    use crate::CostError;
+
+    fn rule() -> Rule {
+        Rule::new(
+            "r",
+            Limit::new(Algorithm::Gcra, Quota::per_second(1).unwrap()),
+        )
+    }
+
+    // The layer looks up only what its rules read: a part a rule reads
+    // must be named here, or the rule would see it missing.
+    #[test]
+    fn a_rule_reads_what_its_matcher_key_and_cost_read() {
+        assert_eq!(rule().reads(), Reads::default());
+        let keyed = rule().key(Key::all([
+            Key::ip(),
+            Key::first_of([Key::Route, Key::label("user")]),
+        ]));
+        let reads = keyed.reads();
+        assert!(reads.route && reads.labels && !reads.host);
+        assert!(rule().key(Key::Host).reads().host);
+        let matched = rule().matcher(Matcher::any().host("*.example.com").route("/v1/{id}"));
+        let reads = matched.reads();
+        assert!(reads.host && reads.route && !reads.labels);
+        let costed = rule().cost(Cost::with(|_| Err(CostError::Refused("no".into()))));
+        assert_eq!(costed.reads(), Reads::ALL);
     }
 }

@@ -73,7 +73,9 @@ where
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         let started = quanta::Instant::now();
-        let plan = self.gate.plan(&RequestView::of_request(&request));
+        let plan = self
+            .gate
+            .plan(&RequestView::of_request(&request, self.gate.reads));
         let state = match plan {
             Ok(plan) if plan.is_empty() => State::Serving {
                 future: self.inner.call(request),

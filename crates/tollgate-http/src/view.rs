@@ -57,17 +57,25 @@ impl<'a> RequestView<'a> {
     /// hyper services), the route from axum's `MatchedPath`, the labels from
     /// a [`Labels`] extension.
     pub fn of(parts: &'a Parts) -> Self {
-        Self::of_pieces(&parts.method, &parts.uri, &parts.headers, &parts.extensions)
+        Self::of_pieces(
+            &parts.method,
+            &parts.uri,
+            &parts.headers,
+            &parts.extensions,
+            Reads::ALL,
+        )
     }
 
     /// [`RequestView::of`] a whole request, which the layer then passes on
-    /// without taking it apart and putting it back together.
-    pub(crate) fn of_request<B>(request: &'a Request<B>) -> Self {
+    /// without taking it apart and putting it back together, with only the
+    /// optional parts its rules `reads` looked up (the others `None`).
+    pub(crate) fn of_request<B>(request: &'a Request<B>, reads: Reads) -> Self {
         Self::of_pieces(
             request.method(),
             request.uri(),
             request.headers(),
             request.extensions(),
+            reads,
         )
     }
 
@@ -76,17 +84,17 @@ impl<'a> RequestView<'a> {
         uri: &'a Uri,
         headers: &'a HeaderMap,
         ext: &'a Extensions,
+        reads: Reads,
     ) -> Self {
         let peer = ext
             .get::<axum::extract::ConnectInfo<SocketAddr>>()
             .map(|c| c.0.ip())
             .or_else(|| ext.get::<PeerAddr>().map(|p| p.0.ip()));
-        let host = uri.host().or_else(|| {
-            headers
-                .get(http::header::HOST)
-                .and_then(|h| h.to_str().ok())
-                .map(strip_port)
-        });
+        let host = reads.host.then(|| host(uri, headers)).flatten();
+        let route = reads
+            .route
+            .then(|| ext.get::<axum::extract::MatchedPath>())
+            .flatten();
         RequestView {
             method: method.as_str(),
             path: uri.path(),
@@ -94,10 +102,8 @@ impl<'a> RequestView<'a> {
             host,
             headers,
             peer,
-            route: ext
-                .get::<axum::extract::MatchedPath>()
-                .map(axum::extract::MatchedPath::as_str),
-            labels: ext.get::<Labels>(),
+            route: route.map(axum::extract::MatchedPath::as_str),
+            labels: reads.labels.then(|| ext.get::<Labels>()).flatten(),
         }
     }
 
@@ -105,6 +111,45 @@ impl<'a> RequestView<'a> {
     pub fn label(&self, name: &str) -> Option<&'a str> {
         self.labels.and_then(|l| l.get(name))
     }
+}
+
+/// Which of a view's parts that cost a lookup to find a set of rules reads
+/// (the layer looks up only those). Method, path, query, headers and peer
+/// are always there.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Reads {
+    pub(crate) host: bool,
+    pub(crate) route: bool,
+    pub(crate) labels: bool,
+}
+
+impl Reads {
+    /// Every part.
+    pub(crate) const ALL: Reads = Reads {
+        host: true,
+        route: true,
+        labels: true,
+    };
+
+    /// The parts either reads.
+    pub(crate) fn and(self, other: Reads) -> Reads {
+        Reads {
+            host: self.host || other.host,
+            route: self.route || other.route,
+            labels: self.labels || other.labels,
+        }
+    }
+}
+
+/// The host the client asked for: the URI's authority, else `Host`
+/// without its port.
+fn host<'a>(uri: &'a Uri, headers: &'a HeaderMap) -> Option<&'a str> {
+    uri.host().or_else(|| {
+        headers
+            .get(http::header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .map(strip_port)
+    })
 }
 
 /// `host:port` to `host`, keeping a bracketed IPv6 literal whole.
