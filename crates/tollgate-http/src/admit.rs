@@ -364,7 +364,10 @@ impl<B: Backend> Gate<B> {
         *response.status_mut() = refusal.status;
         let headers = response.headers_mut();
         if let Some(secs) = refusal.retry_after() {
-            headers.insert(http::header::RETRY_AFTER, HeaderValue::from(secs));
+            let secs = scratch::shared(itoa::Buffer::new().format(secs).as_bytes());
+            if let Ok(value) = HeaderValue::from_maybe_shared(secs) {
+                headers.insert(http::header::RETRY_AFTER, value);
+            }
         }
         if matches!(
             refusal.reason,
@@ -401,7 +404,7 @@ impl<B: Backend> Gate<B> {
                     tightest = Some((compiled.quota, remaining, reset));
                 }
             }
-            HeaderValue::from_str(limit).ok()
+            HeaderValue::from_maybe_shared(scratch::shared(limit.as_bytes())).ok()
         });
         let Some((quota, remaining, reset)) = tightest else {
             return;

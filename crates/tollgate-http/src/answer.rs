@@ -111,11 +111,10 @@ pub type BodyWriter = Arc<dyn Fn(&Refusal) -> (HeaderValue, Bytes) + Send + Sync
 /// `title`, `status`, `detail`, and the extension members `rule` and, when
 /// there is one, `retry_after`.
 pub fn problem_json(refusal: &Refusal) -> (HeaderValue, Bytes) {
-    // Written in this thread's buffer: the body's bytes are the one
-    // allocation.
+    // Written in this thread's buffer, kept in its block.
     let body = scratch::bytes(|body| {
         write_problem(body, refusal);
-        Bytes::copy_from_slice(body)
+        scratch::shared(body)
     });
     (HeaderValue::from_static("application/problem+json"), body)
 }

@@ -221,25 +221,39 @@ fn hop_address(hop: &str) -> Option<Client<'_>> {
 /// bytes.
 fn dotted_quad(text: &[u8]) -> Option<Ipv4Addr> {
     let mut octets = [0u8; 4];
-    let (mut octet, mut digits, mut value) = (0, 0, 0u16);
-    for &b in text {
-        match b {
-            b'0'..=b'9' if digits < 3 && !(digits == 1 && value == 0) => {
-                value = value * 10 + u16::from(b - b'0');
-                digits += 1;
-            }
-            b'.' if digits > 0 && octet < 3 => {
-                octets[octet] = u8::try_from(value).ok()?;
-                (octet, digits, value) = (octet + 1, 0, 0);
-            }
+    let mut rest = text;
+    for (i, octet) in octets.iter_mut().enumerate() {
+        let (value, after) = decimal_octet(rest)?;
+        *octet = value;
+        rest = match (i, after) {
+            (3, []) => after,
+            (0..=2, [b'.', tail @ ..]) => tail,
             _ => return None,
-        }
+        };
     }
-    if digits == 0 || octet != 3 {
+    Some(Ipv4Addr::from(octets))
+}
+
+/// The number from 0 to 255 that `text` starts with, written without a
+/// leading zero, and the bytes after it.
+fn decimal_octet(text: &[u8]) -> Option<(u8, &[u8])> {
+    let digit = |b: &u8| u16::from(b - b'0');
+    let (value, rest) = match text {
+        [a, b, c, rest @ ..] if [a, b, c].iter().all(|d| d.is_ascii_digit()) && *a != b'0' => {
+            (digit(a) * 100 + digit(b) * 10 + digit(c), rest)
+        }
+        [a, b, rest @ ..] if a.is_ascii_digit() && b.is_ascii_digit() && *a != b'0' => {
+            (digit(a) * 10 + digit(b), rest)
+        }
+        [a, rest @ ..] if a.is_ascii_digit() => (digit(a), rest),
+        _ => return None,
+    };
+    // A digit after the longest number read: a fourth digit, or a number
+    // with a leading zero.
+    if rest.first().is_some_and(u8::is_ascii_digit) {
         return None;
     }
-    octets[3] = u8::try_from(value).ok()?;
-    Some(Ipv4Addr::from(octets))
+    Some((u8::try_from(value).ok()?, rest))
 }
 
 /// An address as proxies and access logs write it: `1.2.3.4`,

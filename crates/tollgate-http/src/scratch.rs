@@ -1,11 +1,40 @@
-//! A buffer each thread reuses to format what a response carries, so that
-//! the only allocation left per field or body is the one that keeps its
-//! bytes (a `HeaderValue`'s or the body's own).
+//! A buffer each thread reuses to format what a response carries, and a
+//! block each thread cuts the finished bytes from ([`shared`]), so that a
+//! field or a body costs no allocation of its own.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
+
+use bytes::{Bytes, BytesMut};
 
 thread_local! {
     static BUFFER: Cell<Vec<u8>> = const { Cell::new(Vec::new()) };
+    static BLOCK: RefCell<BytesMut> = RefCell::new(BytesMut::new());
+}
+
+/// The size of a thread's block of response bytes.
+const BLOCK_SIZE: usize = 4096;
+
+/// `bytes`, copied into this thread's block and cut from it: the value
+/// shares the block, counted, instead of an allocation of its own.
+///
+/// A block is allocated when the last one is full, and written over again
+/// once every value cut from it has been dropped, which hyper does as soon
+/// as it has written the response's head (a body's bytes, once sent). So a
+/// value keeps at most one block alive. Values larger than a quarter block
+/// get an allocation of their own, as before.
+pub(crate) fn shared(bytes: &[u8]) -> Bytes {
+    if bytes.len() > BLOCK_SIZE / 4 {
+        return Bytes::copy_from_slice(bytes);
+    }
+    BLOCK.with_borrow_mut(|block| {
+        if block.capacity() < bytes.len() {
+            // Takes back the whole block when nothing cut from it is
+            // alive, else starts a new one.
+            block.reserve(BLOCK_SIZE);
+        }
+        block.extend_from_slice(bytes);
+        block.split().freeze()
+    })
 }
 
 /// Runs `write` on this thread's empty buffer and gives the buffer back
@@ -48,5 +77,19 @@ mod tests {
         });
         assert_eq!(first, second);
         bytes(|out| assert!(out.is_empty()));
+    }
+
+    #[test]
+    fn values_keep_their_bytes_while_the_block_is_reused() {
+        let kept = shared(b"ratelimit");
+        // Enough values to fill several blocks, each dropped at once.
+        for i in 0..10 * BLOCK_SIZE {
+            let value = format!("\"r\";r={i};t=1");
+            assert_eq!(shared(value.as_bytes()), value.as_bytes());
+        }
+        assert_eq!(kept, &b"ratelimit"[..]);
+        let large = vec![b'x'; BLOCK_SIZE];
+        assert_eq!(shared(&large), large);
+        assert_eq!(shared(b""), &b""[..]);
     }
 }
