@@ -7,13 +7,18 @@
 //! | `tollgate_http_decision_seconds` | histogram | none: time from the request's arrival to the layer's verdict, queueing excluded |
 //! | `tollgate_http_settle_errors_total` | counter | `rule`, `op` (`refund`, `force`): a settlement the store failed, so the charge stands |
 //!
+//! Each is looked up in the recorder installed at the time, on every
+//! request, unless the layer was built with
+//! [`register_metrics_once`](crate::RateLimitBuilder::register_metrics_once):
+//! then the handles of the recorder installed at build time are kept.
+//!
 //! `outcome` is one of `allowed`, `denied`, `too_large`, `shadow_denied`,
 //! `failed_open`, `failed_closed`, `bad_request`, `abandoned` (a queued
 //! client went away and its charge was given back).
 
 use std::sync::Arc;
 
-use metrics::{Key, Label, Level, Metadata, SharedString};
+use metrics::{Counter, Histogram, Key, Label, Level, Metadata, SharedString};
 
 /// Decisions per rule and outcome.
 pub const DECISIONS: &str = "tollgate_http_decisions_total";
@@ -83,10 +88,18 @@ impl Op {
 /// A rule's metric keys, built once so that counting on every request
 /// allocates nothing. They are looked up in whichever recorder is installed
 /// at the time, so a recorder installed after the layer is built still
-/// sees everything.
+/// sees everything; or, once [`registered`](RuleMetrics::register), the
+/// handles of the recorder installed then are kept, with no look-up.
 pub(crate) struct RuleMetrics {
     decisions: Vec<Key>,
     settle: [Key; 2],
+    registered: Option<Registered>,
+}
+
+/// A rule's counters, registered with one recorder.
+struct Registered {
+    decisions: Vec<Counter>,
+    settle: [Counter; 2],
 }
 
 impl RuleMetrics {
@@ -107,15 +120,31 @@ impl RuleMetrics {
                 key(SETTLE_ERRORS, "op", Op::Refund.name()),
                 key(SETTLE_ERRORS, "op", Op::Force.name()),
             ],
+            registered: None,
         }
     }
 
+    /// Registers every counter with the recorder installed now, for good.
+    pub(crate) fn register(&mut self) {
+        let counter = |key: &Key| metrics::with_recorder(|r| r.register_counter(key, &METADATA));
+        self.registered = Some(Registered {
+            decisions: self.decisions.iter().map(counter).collect(),
+            settle: [counter(&self.settle[0]), counter(&self.settle[1])],
+        });
+    }
+
     pub(crate) fn count(&self, outcome: Outcome) {
-        increment(&self.decisions[outcome as usize]);
+        match &self.registered {
+            Some(r) => r.decisions[outcome as usize].increment(1),
+            None => increment(&self.decisions[outcome as usize]),
+        }
     }
 
     pub(crate) fn settle_failed(&self, op: Op) {
-        increment(&self.settle[op as usize]);
+        match &self.registered {
+            Some(r) => r.settle[op as usize].increment(1),
+            None => increment(&self.settle[op as usize]),
+        }
     }
 }
 
@@ -123,9 +152,32 @@ fn increment(key: &Key) {
     metrics::with_recorder(|recorder| recorder.register_counter(key, &METADATA).increment(1));
 }
 
-pub(crate) fn latency(started: quanta::Instant) {
-    // Made once, as the rules' keys are: the macro builds it per request.
-    static KEY: Key = Key::from_static_name(DECISION_SECONDS);
-    let seconds = started.elapsed().as_secs_f64();
-    metrics::with_recorder(|recorder| recorder.register_histogram(&KEY, &METADATA).record(seconds));
+/// The layer's latency histogram: looked up in the recorder installed at
+/// the time on each request, or registered once (as [`RuleMetrics`]).
+#[derive(Default)]
+pub(crate) struct Latency(Option<Histogram>);
+
+// Made once, as the rules' keys are: the macro builds it per request.
+static LATENCY: Key = Key::from_static_name(DECISION_SECONDS);
+
+impl Latency {
+    /// The histogram of the recorder installed now, kept for good.
+    pub(crate) fn registered() -> Self {
+        Latency(Some(metrics::with_recorder(|r| {
+            r.register_histogram(&LATENCY, &METADATA)
+        })))
+    }
+
+    /// Records the time since `started`.
+    pub(crate) fn record(&self, started: quanta::Instant) {
+        let seconds = started.elapsed().as_secs_f64();
+        match &self.0 {
+            Some(histogram) => histogram.record(seconds),
+            None => metrics::with_recorder(|recorder| {
+                recorder
+                    .register_histogram(&LATENCY, &METADATA)
+                    .record(seconds)
+            }),
+        }
+    }
 }

@@ -30,7 +30,6 @@ use tower_service::Service;
 
 use crate::admit::{Entries, Plan, Planned, Verdict};
 use crate::layer::Gate;
-use crate::observe::latency;
 use crate::{LimitBody, RequestView};
 
 /// A service behind a [`RateLimit`](crate::RateLimit) layer.
@@ -82,14 +81,14 @@ where
                 admitted: None,
             },
             Err(refusal) => {
-                latency(started);
+                self.gate.latency.record(started);
                 State::Answered {
                     response: Some(self.gate.refused(&refusal, &[])),
                 }
             }
             Ok(plan) if B::DECIDES_AT_ONCE => {
                 let verdict = decided_here(&self.gate, plan);
-                latency(started);
+                self.gate.latency.record(started);
                 match verdict {
                     Verdict::Admit { delay, .. } if delay > 0 => {
                         self.deciding(queue(Arc::clone(&self.gate), verdict), request)
@@ -199,7 +198,7 @@ fn decide<B: Backend + 'static>(
 ) -> Decision {
     Box::pin(async move {
         let verdict = gate.admit(plan).await;
-        latency(started);
+        gate.latency.record(started);
         waited(gate, verdict).await
     })
 }

@@ -270,3 +270,52 @@ fn metrics_count_every_outcome() {
     );
     assert_eq!(latencies, 3);
 }
+
+/// Requests made outside `recorder`'s scope through a layer built inside
+/// it, with or without `register_metrics_once`: what the recorder saw.
+fn counted_outside_the_recorder(register: bool) -> (u64, usize) {
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let layer = metrics::with_local_recorder(&recorder, || {
+        let builder = RateLimit::builder(MemoryBackend::with_clock(FakeClock::new())).rule(
+            Rule::new(
+                "live",
+                Limit::new(Algorithm::FixedWindow, Quota::per_minute(1).unwrap()),
+            )
+            .key(Key::constant("a")),
+        );
+        let builder = if register {
+            builder.register_metrics_once()
+        } else {
+            builder
+        };
+        builder.build().unwrap()
+    });
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let svc = service(&layer);
+        for _ in 0..3 {
+            svc.clone().oneshot(request()).await.unwrap();
+        }
+    });
+    let (mut decisions, mut latencies) = (0, 0);
+    for (_, _, _, value) in snapshotter.snapshot().into_vec() {
+        match value {
+            DebugValue::Counter(n) => decisions += n,
+            DebugValue::Histogram(v) => latencies += v.len(),
+            DebugValue::Gauge(_) => {}
+        }
+    }
+    (decisions, latencies)
+}
+
+#[test]
+fn metrics_registered_once_go_to_the_recorder_of_build_time() {
+    assert_eq!(counted_outside_the_recorder(true), (3, 3));
+    // Looked up per request, they go to the recorder of the time: none.
+    assert_eq!(counted_outside_the_recorder(false), (0, 0));
+}

@@ -123,7 +123,11 @@ impl<B: Backend + Clone + 'static> Proxy<B> {
                 return Ok(built.1.clone());
             }
         }
+        // The process's recorder is installed before any listener starts
+        // (`metrics::handle` in `start`), so its handles can be kept.
+        crate::metrics::handle();
         let mut limit = RateLimit::builder(self.engine.backend().clone())
+            .register_metrics_once()
             .client_ip(config.http_client_ip().clone())
             .top_in(
                 Arc::clone(self.engine.top()),
