@@ -364,8 +364,8 @@ impl<B: Backend> Gate<B> {
         *response.status_mut() = refusal.status;
         let headers = response.headers_mut();
         if let Some(secs) = refusal.retry_after() {
-            let secs = scratch::shared(itoa::Buffer::new().format(secs).as_bytes());
-            if let Ok(value) = HeaderValue::from_maybe_shared(secs) {
+            let digits = |out: &mut String| out.push_str(itoa::Buffer::new().format(secs));
+            if let Ok(value) = scratch::header_value(digits) {
                 headers.insert(http::header::RETRY_AFTER, value);
             }
         }
@@ -390,7 +390,7 @@ impl<B: Backend> Gate<B> {
         let shown = || entries.iter().filter(|e| e.shown);
         // The legacy fields follow the rule with the least left.
         let mut tightest: Option<(u64, u64, u64)> = None;
-        let limit = scratch::text(|limit| {
+        let limit = scratch::header_value(|limit| {
             for entry in shown() {
                 let compiled = &self.rules[entry.rule];
                 let digest = self.partition(entry);
@@ -404,8 +404,8 @@ impl<B: Backend> Gate<B> {
                     tightest = Some((compiled.quota, remaining, reset));
                 }
             }
-            HeaderValue::from_maybe_shared(scratch::shared(limit.as_bytes())).ok()
-        });
+        })
+        .ok();
         let Some((quota, remaining, reset)) = tightest else {
             return;
         };

@@ -123,6 +123,7 @@ pub use layer::{BuildError, RateLimit, RateLimitBuilder};
 pub use matcher::Matcher;
 pub use routes::{RouteError, Routes};
 pub use rule::{Fallback, MissingKey, Mode, OnStoreError, Rule, StoreFailure};
+pub use scratch::header_value;
 pub use service::{RateLimitService, ResponseFuture};
 pub use switch::KillSwitch;
 pub use top::{TopPage, TopService};

@@ -3,7 +3,7 @@
 use std::fmt::Write;
 use std::net::{IpAddr, SocketAddr};
 
-use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::header::{self, Entry, HeaderMap, HeaderName, HeaderValue};
 
 /// Hop-by-hop fields (RFC 9110 §7.6.1), never forwarded.
 const HOP_BY_HOP: [HeaderName; 8] = [
@@ -50,32 +50,61 @@ fn is_hop_by_hop(name: &HeaderName) -> bool {
 /// `127.0.0.1`, not `::ffff:127.0.0.1`.
 pub(crate) fn append_forwarded(headers: &mut HeaderMap, peer: SocketAddr) {
     let ip = peer.ip().to_canonical();
-    let mut xff = prior(headers, &X_FORWARDED_FOR, 48);
-    push_ip(&mut xff, ip);
-    let mut forwarded = prior(headers, &header::FORWARDED, 64);
-    match ip {
-        IpAddr::V4(_) => {
-            forwarded.push_str("for=");
-            push_ip(&mut forwarded, ip);
+    // Read before the entries below borrow the map.
+    let host = headers
+        .get(header::HOST)
+        .filter(|v| {
+            v.as_bytes()
+                .iter()
+                .all(|b| b.is_ascii_graphic() && *b != b'"')
+        })
+        .cloned();
+    append(headers, X_FORWARDED_FOR, |out| push_ip(out, ip));
+    append(headers, header::FORWARDED, |out| {
+        match ip {
+            IpAddr::V4(_) => {
+                out.push_str("for=");
+                push_ip(out, ip);
+            }
+            IpAddr::V6(_) => {
+                out.push_str("for=\"[");
+                push_ip(out, ip);
+                out.push_str("]\"");
+            }
         }
-        IpAddr::V6(_) => {
-            forwarded.push_str("for=\"[");
-            push_ip(&mut forwarded, ip);
-            forwarded.push_str("]\"");
+        out.push_str(";proto=http");
+        if let Some(host) = host.as_ref().and_then(|h| h.to_str().ok()) {
+            out.push_str(";host=\"");
+            out.push_str(host);
+            out.push('"');
         }
-    }
-    forwarded.push_str(";proto=http");
-    if let Some(host) = headers.get(header::HOST).and_then(|v| v.to_str().ok()) {
-        if host.bytes().all(|b| b.is_ascii_graphic()) && !host.contains('"') {
-            forwarded.push_str(";host=\"");
-            forwarded.push_str(host);
-            forwarded.push('"');
+    });
+}
+
+/// Replaces the `name` fields by one list: every prior field's value (a
+/// list in several fields is one comma-separated list), then what `last`
+/// writes. One look-up of `name`, and the value kept without an allocation
+/// of its own ([`tollgate_http::header_value`]).
+fn append(headers: &mut HeaderMap, name: HeaderName, last: impl FnOnce(&mut String)) {
+    let written = |prior: &mut dyn Iterator<Item = &HeaderValue>| {
+        tollgate_http::header_value(|out| {
+            for value in prior.filter_map(|v| v.to_str().ok()) {
+                out.push_str(value);
+                out.push_str(", ");
+            }
+            last(out);
+        })
+    };
+    match headers.entry(name) {
+        Entry::Occupied(mut entry) => {
+            if let Ok(value) = written(&mut entry.iter()) {
+                entry.insert(value);
+            }
         }
-    }
-    for (name, value) in [(X_FORWARDED_FOR, xff), (header::FORWARDED, forwarded)] {
-        // Taken as they are, without a copy.
-        if let Ok(value) = HeaderValue::try_from(value) {
-            headers.insert(name, value);
+        Entry::Vacant(entry) => {
+            if let Ok(value) = written(&mut std::iter::empty()) {
+                entry.insert(value);
+            }
         }
     }
 }
@@ -90,17 +119,6 @@ fn push_ip(out: &mut String, ip: IpAddr) {
             let _ = write!(out, "{v6}");
         }
     }
-}
-
-/// The list a proxy appends to: every `name` field so far (several fields
-/// of a list are one comma-separated list), each followed by `, `.
-fn prior(headers: &HeaderMap, name: &HeaderName, extra: usize) -> String {
-    let mut list = String::with_capacity(extra);
-    for value in headers.get_all(name).iter().filter_map(|v| v.to_str().ok()) {
-        list.push_str(value);
-        list.push_str(", ");
-    }
-    list
 }
 
 #[cfg(test)]
