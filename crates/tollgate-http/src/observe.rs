@@ -126,7 +126,6 @@ impl RuleMetrics {
 
     /// Registers every counter with the recorder installed now, for good.
     pub(crate) fn register(&mut self) {
-        let counter = |key: &Key| metrics::with_recorder(|r| r.register_counter(key, &METADATA));
         self.registered = Some(Registered {
             decisions: self.decisions.iter().map(counter).collect(),
             settle: [counter(&self.settle[0]), counter(&self.settle[1])],
@@ -136,20 +135,26 @@ impl RuleMetrics {
     pub(crate) fn count(&self, outcome: Outcome) {
         match &self.registered {
             Some(r) => r.decisions[outcome as usize].increment(1),
-            None => increment(&self.decisions[outcome as usize]),
+            None => counter(&self.decisions[outcome as usize]).increment(1),
         }
     }
 
     pub(crate) fn settle_failed(&self, op: Op) {
         match &self.registered {
             Some(r) => r.settle[op as usize].increment(1),
-            None => increment(&self.settle[op as usize]),
+            None => counter(&self.settle[op as usize]).increment(1),
         }
     }
 }
 
-fn increment(key: &Key) {
-    metrics::with_recorder(|recorder| recorder.register_counter(key, &METADATA).increment(1));
+/// `key`'s counter in the recorder installed now.
+fn counter(key: &Key) -> Counter {
+    metrics::with_recorder(|recorder| recorder.register_counter(key, &METADATA))
+}
+
+/// The latency histogram of the recorder installed now.
+fn histogram() -> Histogram {
+    metrics::with_recorder(|recorder| recorder.register_histogram(&LATENCY, &METADATA))
 }
 
 /// The layer's latency histogram: looked up in the recorder installed at
@@ -163,9 +168,7 @@ static LATENCY: Key = Key::from_static_name(DECISION_SECONDS);
 impl Latency {
     /// The histogram of the recorder installed now, kept for good.
     pub(crate) fn registered() -> Self {
-        Latency(Some(metrics::with_recorder(|r| {
-            r.register_histogram(&LATENCY, &METADATA)
-        })))
+        Latency(Some(histogram()))
     }
 
     /// Records the time since `started`.
@@ -173,11 +176,7 @@ impl Latency {
         let seconds = started.elapsed().as_secs_f64();
         match &self.0 {
             Some(histogram) => histogram.record(seconds),
-            None => metrics::with_recorder(|recorder| {
-                recorder
-                    .register_histogram(&LATENCY, &METADATA)
-                    .record(seconds)
-            }),
+            None => histogram().record(seconds),
         }
     }
 }
