@@ -9,8 +9,8 @@
 //! | the key is missing, too long or has bad bytes | 400 | no | no |
 //! | the cost header is missing or not a number | 400 (411 without `Content-Length`) | no | no |
 
+use std::convert::Infallible;
 use std::fmt;
-use std::io::Write;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -77,25 +77,51 @@ struct Detail<'a>(&'a Refusal);
 
 impl fmt::Display for Detail<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let rule = &self.0.rule;
-        match &self.0.reason {
-            Reason::Limited { retry_after } => {
-                write!(f, "rate limit `{rule}` exceeded; retry in {retry_after} s")
-            }
-            Reason::TooLarge { cost } => {
-                write!(
-                    f,
-                    "a request costing {cost} can never fit rate limit `{rule}`"
-                )
-            }
-            Reason::StoreUnavailable { retry_after } => write!(
-                f,
-                "rate limit `{rule}` cannot be checked right now; retry in {retry_after} s"
-            ),
-            Reason::BadKey(e) => write!(f, "rate limit `{rule}`: {e}"),
-            Reason::BadCost(e) => write!(f, "rate limit `{rule}`: {e}"),
-        }
+        write_detail(self.0, |piece| f.write_str(piece))
     }
+}
+
+/// The `detail` text of `refusal`, handed to `put` piece by piece: its one
+/// wording, for [`Detail`]'s `Display` and for the body, which writes the
+/// pieces without `core::fmt` (its machinery cost about 450 instructions a
+/// refusal: docs/PERFORMANCE.md, "Session 13").
+fn write_detail<E>(refusal: &Refusal, mut put: impl FnMut(&str) -> Result<(), E>) -> Result<(), E> {
+    let rule: &str = &refusal.rule;
+    let mut digits = itoa::Buffer::new();
+    // Only a bad key's or cost's message is formatted (a rare answer).
+    let message;
+    let pieces: &[&str] = match &refusal.reason {
+        Reason::Limited { retry_after } => &[
+            "rate limit `",
+            rule,
+            "` exceeded; retry in ",
+            digits.format(*retry_after),
+            " s",
+        ],
+        Reason::TooLarge { cost } => &[
+            "a request costing ",
+            digits.format(*cost),
+            " can never fit rate limit `",
+            rule,
+            "`",
+        ],
+        Reason::StoreUnavailable { retry_after } => &[
+            "rate limit `",
+            rule,
+            "` cannot be checked right now; retry in ",
+            digits.format(*retry_after),
+            " s",
+        ],
+        Reason::BadKey(e) => {
+            message = e.to_string();
+            &["rate limit `", rule, "`: ", &message]
+        }
+        Reason::BadCost(e) => {
+            message = e.to_string();
+            &["rate limit `", rule, "`: ", &message]
+        }
+    };
+    pieces.iter().try_for_each(|piece| put(piece))
 }
 
 impl serde::Serialize for Detail<'_> {
@@ -136,8 +162,11 @@ fn write_problem(out: &mut Vec<u8>, refusal: &Refusal) {
     let fixed = !matches!(refusal.reason, Reason::BadKey(_) | Reason::BadCost(_));
     let start = out.len();
     out.push(b'"');
-    // Writing into a `Vec` cannot fail.
-    let _ = write!(out, "{}", Detail(refusal));
+    let written: Result<(), Infallible> = write_detail(refusal, |piece| {
+        out.extend_from_slice(piece.as_bytes());
+        Ok(())
+    });
+    let Ok(()) = written;
     if !(plain_rule && fixed) && out[start + 1..].iter().copied().any(needs_escape) {
         out.truncate(start);
         let _ = serde_json::to_writer(&mut *out, &Detail(refusal));

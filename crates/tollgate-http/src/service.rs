@@ -86,7 +86,7 @@ where
                     response: Some(self.gate.refused(&refusal, &[])),
                 }
             }
-            Ok(plan) if B::DECIDES_AT_ONCE => {
+            Ok(plan) if self.gate.backend.decides_at_once() => {
                 let verdict = decided_here(&self.gate, plan);
                 self.gate.latency.record(started);
                 match verdict {
@@ -141,7 +141,7 @@ impl<S: Clone, B: Backend + 'static> RateLimitService<S, B> {
 }
 
 /// The verdict on `plan` of a store that [decides at
-/// once](Backend::DECIDES_AT_ONCE), reached on this stack frame: no box
+/// once](Backend::decides_at_once), reached on this stack frame: no box
 /// and no waker, where [`decide`] allocates its future (more than a
 /// kilobyte, past the allocator's per-thread cache).
 fn decided_here<B: Backend>(gate: &Gate<B>, plan: Plan) -> Verdict {

@@ -97,7 +97,10 @@ struct Stalls;
 
 impl Backend for Stalls {
     type Prepared = ();
-    const DECIDES_AT_ONCE: bool = true;
+
+    fn decides_at_once(&self) -> bool {
+        true
+    }
 
     fn prepare(&self, _: &Policy) -> Result<(), BackendError> {
         Ok(())

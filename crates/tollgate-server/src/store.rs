@@ -361,6 +361,10 @@ pub fn store_name(url: &str) -> &'static str {
 impl Backend for GuardedStore {
     type Prepared = Guarded<Batch<AnyPrepared>, MonotonicClock>;
 
+    fn decides_at_once(&self) -> bool {
+        self.guarded.decides_at_once()
+    }
+
     fn prepare(&self, policy: &Policy) -> Result<Self::Prepared, BackendError> {
         self.guarded.prepare(policy)
     }
@@ -379,6 +383,14 @@ impl Backend for GuardedStore {
 
 impl Backend for Layers {
     type Prepared = Batch<<AnyBackend as Backend>::Prepared>;
+
+    /// A batched call may wait for another's lease in flight: never at once.
+    fn decides_at_once(&self) -> bool {
+        match self {
+            Layers::Direct(b) => b.decides_at_once(),
+            Layers::Batched(_) => false,
+        }
+    }
 
     fn prepare(&self, policy: &Policy) -> Result<Self::Prepared, BackendError> {
         match self {
@@ -418,6 +430,13 @@ pub enum AnyPrepared {
 impl Backend for AnyBackend {
     type Prepared = AnyPrepared;
 
+    fn decides_at_once(&self) -> bool {
+        match self {
+            AnyBackend::Memory(b) => b.decides_at_once(),
+            AnyBackend::Redis(_) | AnyBackend::Postgres(_) => false,
+        }
+    }
+
     fn prepare(&self, policy: &Policy) -> Result<Self::Prepared, BackendError> {
         Ok(match self {
             AnyBackend::Memory(b) => AnyPrepared::Memory(b.prepare(policy)?),
@@ -454,6 +473,29 @@ impl Backend for AnyBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The layer and the engine decide on their own stack, with no deadline
+    /// timer, for the memory store alone.
+    #[tokio::test]
+    async fn only_the_memory_store_unbatched_decides_at_once() {
+        let guarded = |settings: StoreSettings| async move {
+            let memory = connect(
+                "memory",
+                "p",
+                DEFAULT_STORE_TIMEOUT,
+                MemoryBounds::default(),
+            )
+            .await
+            .unwrap();
+            GuardedStore::new(memory, "memory", DEFAULT_STORE_TIMEOUT, &settings)
+        };
+        assert!(guarded(StoreSettings::default()).await.decides_at_once());
+        let batched = StoreSettings {
+            batch: Some(tollgate::BatchConfig::default()),
+            ..StoreSettings::default()
+        };
+        assert!(!guarded(batched).await.decides_at_once());
+    }
 
     #[tokio::test]
     async fn unknown_schemes_are_clear_errors_without_passwords() {

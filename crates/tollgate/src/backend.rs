@@ -28,8 +28,13 @@ pub trait Backend: Send + Sync {
     /// True when every future [`Backend::apply`] returns is ready at its
     /// first poll, as a store in process memory's is: a caller may then
     /// poll it where it stands, on its own stack, instead of keeping it
-    /// behind a pointer until it is woken. False unless a store says so.
-    const DECIDES_AT_ONCE: bool = false;
+    /// behind a pointer until it is woken, and a deadline on it would never
+    /// fire. False unless a store says so. A method rather than a constant
+    /// so that a wrapper over one of several stores chosen at start (the
+    /// server's) can answer for the one it holds.
+    fn decides_at_once(&self) -> bool {
+        false
+    }
 
     /// Accepts `policy`, or refuses it when this store cannot enforce it
     /// exactly (for example a quota outside the range its arithmetic is
@@ -266,7 +271,9 @@ where
 {
     type Prepared = <P::Target as Backend>::Prepared;
 
-    const DECIDES_AT_ONCE: bool = P::Target::DECIDES_AT_ONCE;
+    fn decides_at_once(&self) -> bool {
+        (**self).decides_at_once()
+    }
 
     fn prepare(&self, policy: &Policy) -> Result<Self::Prepared, BackendError> {
         (**self).prepare(policy)

@@ -102,7 +102,9 @@ impl<C: Clock + Clone + 'static> Backend for MemoryBackend<C> {
     type Prepared = Arc<Limiter<String, C>>;
 
     /// Every operation is decided in the call, with no I/O to wait for.
-    const DECIDES_AT_ONCE: bool = true;
+    fn decides_at_once(&self) -> bool {
+        true
+    }
 
     fn prepare(&self, policy: &Policy) -> Result<Self::Prepared, BackendError> {
         Ok(self.limiter(policy))

@@ -341,9 +341,14 @@ impl<B: Backend, C: Clock + Clone> Resilient<B, C> {
             )));
         };
         self.counters.store_calls.fetch_add(1, Ordering::Relaxed);
-        let result = tokio::time::timeout(deadline, call())
-            .await
-            .unwrap_or(Err(BackendError::Timeout(deadline)));
+        // A store that decides at once cannot miss a deadline: no timer.
+        let result = if self.backend.decides_at_once() {
+            call().await
+        } else {
+            tokio::time::timeout(deadline, call())
+                .await
+                .unwrap_or(Err(BackendError::Timeout(deadline)))
+        };
         let failed = result.as_ref().is_err_and(BackendError::is_store_failure);
         if failed {
             self.counters.store_failures.fetch_add(1, Ordering::Relaxed);
@@ -474,6 +479,11 @@ fn admitted_unknown(limit: u64, cost: u64) -> Decision {
 
 impl<B: Backend, C: Clock + Clone + 'static> Backend for Resilient<B, C> {
     type Prepared = Guarded<B::Prepared, C>;
+
+    /// As the store's: an open breaker and a fallback answer at once too.
+    fn decides_at_once(&self) -> bool {
+        self.backend.decides_at_once()
+    }
 
     fn prepare(&self, policy: &Policy) -> Result<Self::Prepared, BackendError> {
         let inner = self.backend.prepare(policy)?;

@@ -173,3 +173,26 @@ async fn the_callers_errors_pass_through_and_do_not_trip_the_breaker() {
     assert_eq!(r.stats().failed_open, 0);
     assert_eq!(flaky.calls(), 10);
 }
+
+#[test]
+fn over_a_store_that_decides_at_once_it_decides_at_once_with_no_timer() {
+    use std::future::Future;
+    use std::task::{Context, Poll, Waker};
+    use tollgate::{BatchConfig, Batched, MemoryBackend};
+
+    let memory = Resilient::builder(MemoryBackend::new()).build();
+    assert!(memory.decides_at_once());
+    let batched = Batched::new(MemoryBackend::new(), BatchConfig::default());
+    assert!(!Resilient::builder(batched).build().decides_at_once());
+    // No runtime here: a deadline's timer would need tokio's time driver
+    // (and panic without one), so the decision shows that none was set.
+    let api = memory.prepare(&api()).unwrap();
+    let mut cx = Context::from_waker(Waker::noop());
+    let mut check = || match std::pin::pin!(memory.check("k", &api, 40)).poll(&mut cx) {
+        Poll::Ready(Ok(d)) => (d.allowed, d.remaining),
+        other => panic!("not decided at the first poll: {other:?}"),
+    };
+    assert_eq!(check(), (true, 60));
+    assert_eq!(check(), (true, 20));
+    assert_eq!(check(), (false, 20));
+}
