@@ -7,6 +7,13 @@ use std::process::ExitCode;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use failure::Failure;
 
+/// mimalloc rather than the system allocator: a request through the
+/// server's proxy makes about twenty allocations, and glibc's malloc spent
+/// more instructions on them than mimalloc does (docs/PERFORMANCE.md,
+/// "Session 13").
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod check;
 mod failure;
 mod loadtest;

@@ -14,7 +14,8 @@
 # Every (shape, target) is a process of its own in front of the same tiny
 # upstream (`load upstream`, answering `hello`); nginx has 2 workers (the
 # machine's cores, as tollgate's default `--workers`) and `keepalive 64` to
-# the upstream. wrk (-t2 -c64, keep-alive, GET /) takes turns on every one,
+# the upstream, and appends the client to `X-Forwarded-For` and `Forwarded`
+# as tollgate's proxy does (the same fields on the wire: the same work). wrk (-t2 -c64, keep-alive, GET /) takes turns on every one,
 # after the upstream called directly, ROUNDS times, so that the shared
 # machine's load hits them alike. Per run, and as medians over the rounds:
 # requests/s, that over the direct run of the same round, the proxy's own
@@ -131,7 +132,9 @@ if [ -n "$NGINX" ]; then
   servers=""
   for shape in $SHAPES; do
     servers+="server { listen 127.0.0.1:$next; location / { $(nginx_limit_of "$shape")
-      proxy_pass http://up; proxy_http_version 1.1; proxy_set_header Connection \"\"; } }
+      proxy_pass http://up; proxy_http_version 1.1; proxy_set_header Connection \"\";
+      proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
+      proxy_set_header Forwarded \"for=\$remote_addr;proto=\$scheme;host=\\\"\$http_host\\\"\"; } }
 "
     NGINX_PORTS+=("$shape $next")
     next=$((next + 1))
