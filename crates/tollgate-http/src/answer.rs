@@ -91,26 +91,26 @@ fn write_detail<E>(refusal: &Refusal, mut put: impl FnMut(&str) -> Result<(), E>
     // Only a bad key's or cost's message is formatted (a rare answer).
     let message;
     let pieces: &[&str] = match &refusal.reason {
-        Reason::Limited { retry_after } => &[
-            "rate limit `",
-            rule,
-            "` exceeded; retry in ",
-            digits.format(*retry_after),
-            " s",
-        ],
+        Reason::Limited { retry_after } | Reason::StoreUnavailable { retry_after } => {
+            let what = if matches!(refusal.reason, Reason::Limited { .. }) {
+                "` exceeded; retry in "
+            } else {
+                "` cannot be checked right now; retry in "
+            };
+            &[
+                "rate limit `",
+                rule,
+                what,
+                digits.format(*retry_after),
+                " s",
+            ]
+        }
         Reason::TooLarge { cost } => &[
             "a request costing ",
             digits.format(*cost),
             " can never fit rate limit `",
             rule,
             "`",
-        ],
-        Reason::StoreUnavailable { retry_after } => &[
-            "rate limit `",
-            rule,
-            "` cannot be checked right now; retry in ",
-            digits.format(*retry_after),
-            " s",
         ],
         Reason::BadKey(e) => {
             message = e.to_string();
