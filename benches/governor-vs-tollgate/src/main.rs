@@ -3,8 +3,10 @@
 //! built the way its README shows (no tuning, no capacity hint), in one
 //! process.
 //!
-//! - Shapes: 1, 1,000 and 1,000,000 keys, `u64` or `String` (looked up by
-//!   `&str`, as the README's `limiter.check("user-42")`); 1 and 2 threads; "allowed"
+//! - Shapes: 1, 1,000 and 1,000,000 keys, `u64`, `String` (looked up by
+//!   `&str`, as the README's `limiter.check("user-42")`) or
+//!   `tollgate::CompactKey` (the same key type on both sides, tollgate
+//!   looking it up by `&KeyStr`); 1 and 2 threads; "allowed"
 //!   (a quota no check can exhaust) and "denied" (1 per hour, every key
 //!   charged once beforehand, so every measured check is refused). One key
 //!   with 2 threads is the hot-key case.
@@ -21,14 +23,16 @@
 //!   none is idle, from a counting global allocator (bytes requested;
 //!   malloc's own overhead is not counted): default construction for both,
 //!   and tollgate presized with `LimiterBuilder::capacity`, for every
-//!   algorithm and a policy of two limits.
+//!   algorithm and a policy of two limits, and for string keys
+//!   (`user-0` to `user-999999`) as `String` and as `CompactKey`.
 //!
 //! Run: `cargo run --release -p governor-vs-tollgate` (about two minutes);
 //! `-- --checks N` sets the checks per thread per measurement (default
 //! 10,000,000, and 3,000,000 at 1M keys), `-- --keys N` runs one key count
 //! only, `-- --memory` the memory table only, and `-- --keys N --only
-//! SIDE:TYPE:SHAPE:THREADS` (e.g. `tollgate:str:allowed:1`) one limiter of
-//! one row alone, measured once (`--checks` per thread, default 1,000,000),
+//! SIDE:TYPE:SHAPE:THREADS` (e.g. `tollgate:str:allowed:1`; TYPE is `u64`,
+//! `str` or `compact`) one limiter of one row alone, measured once
+//! (`--checks` per thread, default 1,000,000),
 //! for profiling under callgrind (`callgrind.sh`), where `--idle-grace-ms
 //! N` sets tollgate's idle grace (the default 1 s is wall time, which
 //! callgrind stretches: 0 makes every key the measurement does not find
@@ -43,7 +47,7 @@ use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
 use governor::{DefaultKeyedRateLimiter, Quota as GovQuota, RateLimiter};
-use tollgate::{Algorithm, Limit, Limiter, Policy, Quota};
+use tollgate::{Algorithm, CompactKey, Limit, Limiter, Policy, Quota};
 
 /// The system allocator, counting the bytes currently allocated.
 struct Counting;
@@ -103,11 +107,13 @@ impl Outcome {
 
 /// The key types a user reaches for: integers (ids, addresses), and strings
 /// (API keys, user names) stored as `String` and looked up by `&str`, as in
-/// the README's `limiter.check("user-42")`.
+/// the README's `limiter.check("user-42")`, or as tollgate's inline
+/// [`CompactKey`].
 #[derive(Clone, Copy)]
 enum KeyType {
     U64,
     Str,
+    Compact,
 }
 
 impl KeyType {
@@ -115,6 +121,7 @@ impl KeyType {
         match self {
             KeyType::U64 => "u64",
             KeyType::Str => "&str",
+            KeyType::Compact => "CompactKey",
         }
     }
 }
@@ -257,6 +264,36 @@ fn filled(policy: Policy, keys: u64, capacity: usize) -> Limiter<u64> {
     limiter
 }
 
+/// Runs the caller's `$run!(KEY TYPE, key for tollgate, key for governor)`
+/// with the keys `0..$keys` as `$key_type` says: each closure maps a key's
+/// number to what the limiter is looked up by.
+macro_rules! with_keys {
+    ($key_type:expr, $keys:expr, $run:ident) => {
+        match $key_type {
+            KeyType::U64 => {
+                let ids: Vec<u64> = (0..$keys).collect();
+                let id = |k: u64| &ids[k as usize];
+                $run!(u64, id, id)
+            }
+            KeyType::Str => {
+                let names: Vec<String> = (0..$keys).map(|k| format!("user-{k}")).collect();
+                $run!(String, |k: u64| names[k as usize].as_str(), |k: u64| &names
+                    [k as usize])
+            }
+            KeyType::Compact => {
+                let names: Vec<CompactKey> = (0..$keys)
+                    .map(|k| CompactKey::from(format!("user-{k}")))
+                    .collect();
+                $run!(
+                    CompactKey,
+                    |k: u64| names[k as usize].as_key_str(),
+                    |k: u64| &names[k as usize]
+                )
+            }
+        }
+    };
+}
+
 /// One limiter of one row alone, for profiling (`--only`): built and
 /// filled as [`compare`] does (but alone, so its fill takes less wall time
 /// than there, where the two limiters' fills alternate), then one
@@ -317,18 +354,7 @@ fn only(
             }
         }};
     }
-    match key_type {
-        KeyType::U64 => {
-            let ids: Vec<u64> = (0..keys).collect();
-            let id = |k: u64| &ids[k as usize];
-            run!(u64, id, id)
-        }
-        KeyType::Str => {
-            let names: Vec<String> = (0..keys).map(|k| format!("user-{k}")).collect();
-            run!(String, |k: u64| names[k as usize].as_str(), |k: u64| &names
-                [k as usize])
-        }
-    }
+    with_keys!(key_type, keys, run);
 }
 
 /// The rows of one key count, key type and shape: both limiters built as
@@ -346,31 +372,21 @@ fn compare(keys: u64, key_type: KeyType, outcome: Outcome, checks: usize) {
             if b / a >= target { "yes" } else { "**no**" },
         );
     };
-    match key_type {
-        KeyType::U64 => {
-            let ours = tollgate::<u64>(outcome);
-            let theirs = governor::<u64>(outcome);
-            for key in 0..keys {
-                ours.check(&key);
-                let _ = theirs.check_key(&key);
+    // Both limiters built, every key charged once, then measured.
+    macro_rules! run {
+        ($key:ty, $ours_key:expr, $theirs_key:expr) => {{
+            let ours = tollgate::<$key>(outcome);
+            let theirs = governor::<$key>(outcome);
+            for k in 0..keys {
+                ours.check($ours_key(k));
+                let _ = theirs.check_key($theirs_key(k));
             }
-            let check_ours = |k: u64| ours.check(&k).allowed;
-            let check_theirs = |k: u64| theirs.check_key(&k).is_ok();
+            let check_ours = |k: u64| ours.check($ours_key(k)).allowed;
+            let check_theirs = |k: u64| theirs.check_key($theirs_key(k)).is_ok();
             rows(keys, checks, &check_ours, &check_theirs, print);
-        }
-        KeyType::Str => {
-            let names: Vec<String> = (0..keys).map(|k| format!("user-{k}")).collect();
-            let ours = tollgate::<String>(outcome);
-            let theirs = governor::<String>(outcome);
-            for name in &names {
-                ours.check(name.as_str());
-                let _ = theirs.check_key(name);
-            }
-            let check_ours = |k: u64| ours.check(names[k as usize].as_str()).allowed;
-            let check_theirs = |k: u64| theirs.check_key(&names[k as usize]).is_ok();
-            rows(keys, checks, &check_ours, &check_theirs, print);
-        }
+        }};
     }
+    with_keys!(key_type, keys, run);
 }
 
 /// What a `&str` row spends before either limiter is called, on one
@@ -454,6 +470,37 @@ fn memory() {
         limiter
     });
     println!("| governor keyed (GCRA) | {bytes:.1} | |");
+    // String keys: the key's bytes count too (a `String`'s own allocation).
+    let gcra = Policy::from(Limit::new(Algorithm::Gcra, quota));
+    let bytes = bytes_per_key(KEYS, || {
+        let limiter: Limiter<String> = Limiter::new(gcra.clone());
+        for key in 0..KEYS {
+            assert!(limiter.check(format!("user-{key}").as_str()).allowed);
+        }
+        limiter
+    });
+    println!("| tollgate `gcra`, `String` keys `user-N` | {bytes:.1} | |");
+    let bytes = bytes_per_key(KEYS, || {
+        let limiter: Limiter<CompactKey> = Limiter::new(gcra.clone());
+        for key in 0..KEYS {
+            assert!(
+                limiter
+                    .check(CompactKey::from(format!("user-{key}")).as_key_str())
+                    .allowed
+            );
+        }
+        limiter
+    });
+    println!("| tollgate `gcra`, `CompactKey` keys `user-N` | {bytes:.1} | |");
+    let bytes = bytes_per_key(KEYS, || {
+        let per_minute = NonZeroU32::new(100).expect("non-zero");
+        let limiter = DefaultKeyedRateLimiter::<String>::keyed(GovQuota::per_minute(per_minute));
+        for key in 0..KEYS {
+            assert!(limiter.check_key(&format!("user-{key}")).is_ok());
+        }
+        limiter
+    });
+    println!("| governor keyed (GCRA), `String` keys `user-N` | {bytes:.1} | |");
 }
 
 /// `--only`'s row: `SIDE:TYPE:SHAPE:THREADS`, e.g. `tollgate:str:allowed:1`.
@@ -467,6 +514,7 @@ fn parse_row(row: &str) -> Option<(Side, KeyType, Outcome, u64)> {
     let key_type = match parts.next()? {
         "u64" => KeyType::U64,
         "str" => KeyType::Str,
+        "compact" => KeyType::Compact,
         _ => return None,
     };
     let outcome = match parts.next()? {
@@ -535,7 +583,7 @@ fn main() {
         } else {
             10_000_000
         });
-        for key_type in [KeyType::U64, KeyType::Str] {
+        for key_type in [KeyType::U64, KeyType::Str, KeyType::Compact] {
             for outcome in [Outcome::Allowed, Outcome::Denied] {
                 compare(keys, key_type, outcome, checks);
             }

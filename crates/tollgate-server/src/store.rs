@@ -10,8 +10,8 @@ use tokio::sync::watch;
 
 use tollgate::{
     Backend, BackendError, Batch, BatchStats, Batched, BreakerState, Decision, FailurePolicy,
-    Guarded, MemoryBackend, MonotonicClock, OnStoreError, Operation, Outcome, Policy, Resilient,
-    UnixClock,
+    Guarded, KeyStr, MemoryBackend, MonotonicClock, OnStoreError, Operation, Outcome, Policy,
+    Resilient, UnixClock,
 };
 use tollgate_http::{Fallback as HttpFallback, StoreFailure};
 use tollgate_postgres::{PostgresBackend, PostgresConfig};
@@ -263,7 +263,7 @@ impl GuardedStore {
     pub fn fallback(&self, key: &str, policy: &Policy, cost: u64) -> Decision {
         self.guarded
             .fallback_limiter(policy, self.instances)
-            .check_cost(key, cost)
+            .check_cost(KeyStr::new(key), cost)
     }
 
     /// The memory store under the guards, when that is the store.

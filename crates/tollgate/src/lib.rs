@@ -5,6 +5,8 @@
 //! - [`Limiter`]: the keyed in-process limiter (sync, sharded, bounded in
 //!   memory), with peek, refund, forced charges, leases, reservations and
 //!   waiting;
+//! - [`CompactKey`]: the string key kept inline in the limiter's table, looked up
+//!   by [`KeyStr`] without allocating;
 //! - [`ConcurrencyLimiter`]: requests in flight per key;
 //! - [`Backend`]: the one abstraction every store implements (a store of
 //!   per-key state that applies a [`Policy`] atomically with its own clock),
@@ -58,6 +60,7 @@ mod backend;
 mod batched;
 mod breaker;
 mod clock;
+mod compact_key;
 mod concurrency;
 #[cfg(feature = "async")]
 mod counters;
@@ -86,6 +89,7 @@ pub use breaker::{Breaker, BreakerConfig, BreakerState, CallPermit};
 #[cfg(feature = "async")]
 pub use clock::AsyncClock;
 pub use clock::{Clock, FakeClock, MonotonicClock, UnixClock};
+pub use compact_key::{CompactKey, KeyStr};
 pub use concurrency::{AtCapacity, ConcurrencyLimiter, Permit};
 pub use limiter::{Limiter, LimiterBuilder, LimiterFull, OnFull, Reservation, WaitError};
 #[cfg(feature = "async")]

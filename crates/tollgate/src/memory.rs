@@ -4,7 +4,10 @@ use std::collections::HashMap;
 use std::future::{ready, Future};
 use std::sync::Arc;
 
-use crate::{Backend, BackendError, Clock, Limiter, MonotonicClock, Operation, Outcome, Policy};
+use crate::{
+    Backend, BackendError, Clock, CompactKey, KeyStr, Limiter, MonotonicClock, Operation, Outcome,
+    Policy,
+};
 use parking_lot::RwLock;
 
 /// Process memory as a [`Backend`]: one [`Limiter`] per policy, created on
@@ -18,7 +21,7 @@ pub struct MemoryBackend<C = MonotonicClock> {
     clock: C,
     /// Each policy's limiter holds at most this many keys.
     max_keys: usize,
-    limiters: RwLock<HashMap<Policy, Arc<Limiter<String, C>>>>,
+    limiters: RwLock<HashMap<Policy, Arc<Limiter<CompactKey, C>>>>,
 }
 
 impl MemoryBackend {
@@ -73,7 +76,7 @@ impl<C: Clock + Clone> MemoryBackend<C> {
     }
 
     /// The limiter holding `policy`'s keys.
-    pub fn limiter(&self, policy: &Policy) -> Arc<Limiter<String, C>> {
+    pub fn limiter(&self, policy: &Policy) -> Arc<Limiter<CompactKey, C>> {
         if let Some(limiter) = self.limiters.read().get(policy) {
             return Arc::clone(limiter);
         }
@@ -99,7 +102,7 @@ fn valid(key: &str) -> Result<&str, BackendError> {
 
 impl<C: Clock + Clone + 'static> Backend for MemoryBackend<C> {
     /// The policy's limiter: found or made once, then used directly.
-    type Prepared = Arc<Limiter<String, C>>;
+    type Prepared = Arc<Limiter<CompactKey, C>>;
 
     /// Every operation is decided in the call, with no I/O to wait for.
     fn decides_at_once(&self) -> bool {
@@ -117,6 +120,7 @@ impl<C: Clock + Clone + 'static> Backend for MemoryBackend<C> {
         op: Operation,
     ) -> impl Future<Output = Result<Outcome, BackendError>> + Send {
         ready(valid(key).and_then(|key| {
+            let key = KeyStr::new(key);
             Ok(match op {
                 Operation::Check(cost) => Outcome::Decided(limiter.check_cost(key, cost)),
                 Operation::Refund(cost) => Outcome::Decided(limiter.refund(key, cost)),

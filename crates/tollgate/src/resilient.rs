@@ -12,8 +12,8 @@ use tollgate_core::{Decision, RetryAfter};
 
 use crate::counters::counters;
 use crate::{
-    Backend, BackendError, Breaker, BreakerConfig, Clock, Limit, Limiter, MonotonicClock,
-    Operation, Outcome, Policy, Quota,
+    Backend, BackendError, Breaker, BreakerConfig, Clock, CompactKey, KeyStr, Limit, Limiter,
+    MonotonicClock, Operation, Outcome, Policy, Quota,
 };
 
 /// Default deadline of a store call made through [`Resilient`].
@@ -158,7 +158,7 @@ pub struct Resilient<B, C = MonotonicClock> {
     breaker: Breaker<C>,
     default: FailurePolicy,
     policies: HashMap<Policy, FailurePolicy>,
-    fallbacks: RwLock<HashMap<Policy, Arc<Limiter<String, C>>>>,
+    fallbacks: RwLock<HashMap<Policy, Arc<Limiter<CompactKey, C>>>>,
     counters: Counters,
 }
 
@@ -286,7 +286,7 @@ impl<B: Backend, C: Clock + Clone> Resilient<B, C> {
 
     /// The in-process limiter that decides `policy` in
     /// [`OnStoreError::Fallback`] with `instances`.
-    pub fn fallback_limiter(&self, policy: &Policy, instances: u32) -> Arc<Limiter<String, C>> {
+    pub fn fallback_limiter(&self, policy: &Policy, instances: u32) -> Arc<Limiter<CompactKey, C>> {
         if let Some(limiter) = self.fallbacks.read().get(policy) {
             return Arc::clone(limiter);
         }
@@ -387,7 +387,7 @@ impl<B: Backend, C: Clock + Clone> Resilient<B, C> {
             }
             Failing::Fallback(limiter) => {
                 self.counters.fallback.fetch_add(1, Ordering::Relaxed);
-                Ok(limiter.check_cost(key, cost))
+                Ok(limiter.check_cost(KeyStr::new(key), cost))
             }
         }
     }
@@ -426,7 +426,7 @@ enum Failing<C> {
     },
     Closed,
     /// Decide in this instance's share of the policy.
-    Fallback(Arc<Limiter<String, C>>),
+    Fallback(Arc<Limiter<CompactKey, C>>),
 }
 
 impl<C> Clone for Failing<C> {
