@@ -47,7 +47,7 @@ use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
 use governor::{DefaultKeyedRateLimiter, Quota as GovQuota, RateLimiter};
-use tollgate::{Algorithm, CompactKey, Limit, Limiter, Policy, Quota};
+use tollgate::{Algorithm, CompactKey, KeyStr, Limit, Limiter, Policy, Quota};
 
 /// The system allocator, counting the bytes currently allocated.
 struct Counting;
@@ -264,34 +264,28 @@ fn filled(policy: Policy, keys: u64, capacity: usize) -> Limiter<u64> {
     limiter
 }
 
-/// Runs the caller's `$run!(KEY TYPE, key for tollgate, key for governor)`
-/// with the keys `0..$keys` as `$key_type` says: each closure maps a key's
-/// number to what the limiter is looked up by.
+/// Runs the caller's `$run!(KEY TYPE, k => key for tollgate, k => key for
+/// governor)` with the keys `0..$keys` as `$key_type` says: each `k => ...`
+/// gives what a limiter is looked up by for the key numbered `k`.
 macro_rules! with_keys {
     ($key_type:expr, $keys:expr, $run:ident) => {
         match $key_type {
-            KeyType::U64 => {
-                let ids: Vec<u64> = (0..$keys).collect();
-                let id = |k: u64| &ids[k as usize];
-                $run!(u64, id, id)
-            }
+            KeyType::U64 => $run!(u64, k => &k, k => &k),
             KeyType::Str => {
-                let names: Vec<String> = (0..$keys).map(|k| format!("user-{k}")).collect();
-                $run!(String, |k: u64| names[k as usize].as_str(), |k: u64| &names
-                    [k as usize])
+                let names: Vec<String> = (0..$keys).map(user).collect();
+                $run!(String, k => names[k as usize].as_str(), k => &names[k as usize])
             }
             KeyType::Compact => {
-                let names: Vec<CompactKey> = (0..$keys)
-                    .map(|k| CompactKey::from(format!("user-{k}")))
-                    .collect();
-                $run!(
-                    CompactKey,
-                    |k: u64| names[k as usize].as_key_str(),
-                    |k: u64| &names[k as usize]
-                )
+                let names: Vec<CompactKey> = (0..$keys).map(|k| user(k).into()).collect();
+                $run!(CompactKey, k => names[k as usize].as_key_str(), k => &names[k as usize])
             }
         }
     };
+}
+
+/// The string key numbered `k`.
+fn user(k: u64) -> String {
+    format!("user-{k}")
 }
 
 /// One limiter of one row alone, for profiling (`--only`): built and
@@ -324,7 +318,7 @@ fn only(
         );
     };
     macro_rules! run {
-        ($key:ty, $ours_key:expr, $theirs_key:expr) => {{
+        ($key:ty, $k:ident => $ours:expr, $k2:ident => $theirs:expr) => {{
             match side {
                 Side::Tollgate => {
                     let ours = match idle_grace {
@@ -333,21 +327,20 @@ fn only(
                             .build(),
                         None => tollgate::<$key>(outcome),
                     };
-                    for k in 0..keys {
-                        ours.check($ours_key(k));
+                    for $k in 0..keys {
+                        ours.check($ours);
                     }
                     let before = ours.len();
-                    let sample =
-                        measure(&orders, checks, &|k: u64| ours.check($ours_key(k)).allowed);
+                    let sample = measure(&orders, checks, &|$k: u64| ours.check($ours).allowed);
                     report(sample, Some((before, ours.len())));
                 }
                 Side::Governor => {
                     let theirs = governor::<$key>(outcome);
-                    for k in 0..keys {
-                        let _ = theirs.check_key($theirs_key(k));
+                    for $k2 in 0..keys {
+                        let _ = theirs.check_key($theirs);
                     }
-                    let sample = measure(&orders, checks, &|k: u64| {
-                        theirs.check_key($theirs_key(k)).is_ok()
+                    let sample = measure(&orders, checks, &|$k2: u64| {
+                        theirs.check_key($theirs).is_ok()
                     });
                     report(sample, None);
                 }
@@ -374,15 +367,17 @@ fn compare(keys: u64, key_type: KeyType, outcome: Outcome, checks: usize) {
     };
     // Both limiters built, every key charged once, then measured.
     macro_rules! run {
-        ($key:ty, $ours_key:expr, $theirs_key:expr) => {{
+        ($key:ty, $k:ident => $ours:expr, $k2:ident => $theirs:expr) => {{
             let ours = tollgate::<$key>(outcome);
             let theirs = governor::<$key>(outcome);
-            for k in 0..keys {
-                ours.check($ours_key(k));
-                let _ = theirs.check_key($theirs_key(k));
+            // Filled in turns, as users of both would add keys.
+            for $k in 0..keys {
+                ours.check($ours);
+                let $k2 = $k;
+                let _ = theirs.check_key($theirs);
             }
-            let check_ours = |k: u64| ours.check($ours_key(k)).allowed;
-            let check_theirs = |k: u64| theirs.check_key($theirs_key(k)).is_ok();
+            let check_ours = |$k: u64| ours.check($ours).allowed;
+            let check_theirs = |$k2: u64| theirs.check_key($theirs).is_ok();
             rows(keys, checks, &check_ours, &check_theirs, print);
         }};
     }
@@ -396,7 +391,7 @@ fn compare(keys: u64, key_type: KeyType, outcome: Outcome, checks: usize) {
 /// limiters take 300-400 ns more for `&str` keys than for `u64`), so the
 /// rows' ratio is the limiters' own.
 fn key_fetch(keys: u64, checks: usize) -> f64 {
-    let names: Vec<String> = (0..keys).map(|k| format!("user-{k}")).collect();
+    let names: Vec<String> = (0..keys).map(user).collect();
     let fetch = |k: u64| names[k as usize].as_bytes().last() == Some(&b'x');
     let orders = [shuffled(keys, 0x5EED)];
     measure(&orders, checks / 4, &fetch);
@@ -475,7 +470,7 @@ fn memory() {
     let bytes = bytes_per_key(KEYS, || {
         let limiter: Limiter<String> = Limiter::new(gcra.clone());
         for key in 0..KEYS {
-            assert!(limiter.check(format!("user-{key}").as_str()).allowed);
+            assert!(limiter.check(user(key).as_str()).allowed);
         }
         limiter
     });
@@ -483,11 +478,7 @@ fn memory() {
     let bytes = bytes_per_key(KEYS, || {
         let limiter: Limiter<CompactKey> = Limiter::new(gcra.clone());
         for key in 0..KEYS {
-            assert!(
-                limiter
-                    .check(CompactKey::from(format!("user-{key}")).as_key_str())
-                    .allowed
-            );
+            assert!(limiter.check(KeyStr::new(&user(key))).allowed);
         }
         limiter
     });
@@ -496,7 +487,7 @@ fn memory() {
         let per_minute = NonZeroU32::new(100).expect("non-zero");
         let limiter = DefaultKeyedRateLimiter::<String>::keyed(GovQuota::per_minute(per_minute));
         for key in 0..KEYS {
-            assert!(limiter.check_key(&format!("user-{key}")).is_ok());
+            assert!(limiter.check_key(&user(key)).is_ok());
         }
         limiter
     });
