@@ -12,8 +12,9 @@ use failure::Failure;
 /// more instructions on them than mimalloc does (docs/PERFORMANCE.md,
 /// "Session 13").
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: allocator::MiMalloc = allocator::MiMalloc;
 
+mod allocator;
 mod check;
 mod failure;
 mod loadtest;

@@ -79,8 +79,10 @@ type Limited<B> = RateLimitService<Forward, B>;
 pub struct Proxy<B: Backend> {
     engine: Arc<Engine<B>>,
     forward: Forward,
-    /// The configuration the layer was built from, and the layer.
-    built: ArcSwapOption<(Arc<Config>, Limited<B>)>,
+    /// The configuration the layer was built from, and the layer: none
+    /// when the configuration has no HTTP rule, since a layer with nothing
+    /// to decide would only add its own cost to every request.
+    built: ArcSwapOption<(Arc<Config>, Option<Limited<B>>)>,
 }
 
 impl<B: Backend + Clone + 'static> Proxy<B> {
@@ -115,8 +117,9 @@ impl<B: Backend + Clone + 'static> Proxy<B> {
         Ok(Arc::new(proxy))
     }
 
-    /// The layer for the configuration in force, built once per change.
-    fn limited(&self) -> Result<Limited<B>, ProxyError> {
+    /// The layer for the configuration in force, built once per change;
+    /// none without HTTP rules.
+    fn limited(&self) -> Result<Option<Limited<B>>, ProxyError> {
         let config = self.engine.config();
         if let Some(built) = self.built.load().as_ref() {
             if Arc::ptr_eq(&built.0, &config) {
@@ -133,10 +136,15 @@ impl<B: Backend + Clone + 'static> Proxy<B> {
                 Arc::clone(self.engine.top()),
                 Arc::clone(self.engine.top_clock()),
             );
-        for rule in self.engine.http_rules(&config) {
-            limit = limit.rule(rule);
-        }
-        let limited = limit.build()?.layer(self.forward.clone());
+        let rules = self.engine.http_rules(&config);
+        let limited = if rules.is_empty() {
+            None
+        } else {
+            for rule in rules {
+                limit = limit.rule(rule);
+            }
+            Some(limit.build()?.layer(self.forward.clone()))
+        };
         self.built.store(Some(Arc::new((config, limited.clone()))));
         Ok(limited)
     }
@@ -160,7 +168,8 @@ impl<B: Backend + Clone + 'static> Proxy<B> {
         let request = Request::from_parts(parts, body);
         match self.limited() {
             // `Forward` is always ready, so is the layer over it.
-            Ok(mut limited) => Reply::Limited(limited.call(request)),
+            Ok(Some(mut limited)) => Reply::Limited(limited.call(request)),
+            Ok(None) => Reply::Forwarded(self.forward.clone().call(request)),
             Err(e) => {
                 // A reloaded file whose rules do not build: refuse rather
                 // than forward unlimited.
@@ -171,15 +180,17 @@ impl<B: Backend + Clone + 'static> Proxy<B> {
     }
 }
 
-/// The proxy's answer to one request: the layer's future, or an answer
-/// known at once. A type rather than a boxed future: the box and the move
-/// of the layer's future into it cost about 500 instructions a request
-/// (callgrind; docs/PERFORMANCE.md, "Server"). `Now` is the rare answer (a
-/// bad target, rules that do not build), hence the size difference.
+/// The proxy's answer to one request: the layer's future, the forwarding
+/// service's with no rule to apply, or an answer known at once. A type
+/// rather than a boxed future: the box and the move of the layer's future
+/// into it cost about 500 instructions a request (callgrind;
+/// docs/PERFORMANCE.md, "Server"). `Now` is the rare answer (a bad target,
+/// rules that do not build), hence the size difference.
 #[allow(clippy::large_enum_variant)]
 enum Reply<B: Backend + 'static> {
     Now(Option<Response<Body>>),
     Limited(ResponseFuture<Forward, B, Body, Body>),
+    Forwarded(Answer),
 }
 
 impl<B: Backend + Clone + 'static> Future for Reply<B> {
@@ -192,6 +203,7 @@ impl<B: Backend + Clone + 'static> Future for Reply<B> {
             Reply::Limited(limited) => Pin::new(limited)
                 .poll(cx)
                 .map(|Ok(response)| Ok(response.map(Body::new))),
+            Reply::Forwarded(forwarded) => forwarded.as_mut().poll(cx),
         }
     }
 }

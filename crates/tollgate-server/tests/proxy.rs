@@ -1,5 +1,6 @@
 //! Reverse proxy mode against a real upstream on 127.0.0.1: forwarding
-//! headers, hop-by-hop removal, the HTTP layer's 429, 502, 504, upstream
+//! headers, hop-by-hop removal, the HTTP layer's 429 (and rules put in and
+//! out of force by a reload), 502, 504, upstream
 //! connections reused, and a 100 MiB upload streamed with bounded memory.
 
 mod support;
@@ -139,6 +140,61 @@ async fn the_http_layer_limits_with_the_files_rules() {
     assert!(headers.contains_key("retry-after") && headers.contains_key("ratelimit-policy"));
     // Another path is not limited.
     assert_eq!(support::get(&proxy_url(&server, "/")).await.0, 200);
+    server.running.shutdown().await;
+}
+
+/// A configuration that limits something (a reload refuses one that limits
+/// nothing), but nothing over HTTP.
+const NO_HTTP_RULE: &str = "
+domain: d
+descriptors:
+  - key: k
+    rate_limit: { unit: minute, requests_per_unit: 1 }
+";
+
+/// With no HTTP rule the proxy forwards without the layer; a reload that
+/// adds rules puts them in force at once, and one that removes them takes
+/// them out again.
+#[tokio::test]
+async fn rules_added_and_removed_by_a_reload_take_effect() {
+    let up = upstream().await;
+    let upstream_url = format!("http://{up}");
+    let server = support::start_with(NO_HTTP_RULE, move |o| {
+        o.grpc = None;
+        o.proxy = Some(ProxyOptions {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            upstream: upstream_url,
+            timeout: Duration::from_secs(30),
+        });
+    })
+    .await;
+    let url = proxy_url(&server, "/limited");
+    let statuses = || async {
+        let mut seen = Vec::new();
+        for _ in 0..3 {
+            seen.push(support::get(&url).await.0);
+        }
+        seen
+    };
+    // Forwarded, with the forwarding fields and the target's canonical form.
+    let (status, text, _) = support::send("GET", &proxy_url(&server, "//./headers"), "").await;
+    assert_eq!(status, 200, "{text}");
+    let seen: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(seen["x-forwarded-for"], "127.0.0.1");
+    assert_eq!(
+        statuses().await,
+        [404, 404, 404],
+        "no rule, nothing refused"
+    );
+
+    let engine = &server.running.engine;
+    std::fs::write(server.config_path(), RULES).unwrap();
+    tollgate_server::reload::reload(engine, &server.config_path()).unwrap();
+    assert_eq!(statuses().await, [404, 404, 429], "the rule in force");
+
+    std::fs::write(server.config_path(), NO_HTTP_RULE).unwrap();
+    tollgate_server::reload::reload(engine, &server.config_path()).unwrap();
+    assert_eq!(statuses().await, [404, 404, 404], "the rule removed");
     server.running.shutdown().await;
 }
 

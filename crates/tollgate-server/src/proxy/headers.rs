@@ -5,8 +5,10 @@ use std::net::{IpAddr, SocketAddr};
 
 use http::header::{self, Entry, HeaderMap, HeaderName, HeaderValue};
 
-/// Hop-by-hop fields (RFC 9110 §7.6.1), never forwarded.
-const HOP_BY_HOP: [HeaderName; 8] = [
+/// Hop-by-hop fields (RFC 9110 §7.6.1), never forwarded. A `static`, not a
+/// `const`: a `const` array is built and dropped again at every use, and
+/// [`is_hop_by_hop`] runs for every field of every message.
+static HOP_BY_HOP: [HeaderName; 8] = [
     header::CONNECTION,
     HeaderName::from_static("keep-alive"),
     HeaderName::from_static("proxy-connection"),
