@@ -33,7 +33,7 @@ use http::header::{self, HeaderValue};
 use http::uri::Authority;
 use http::{Request, Response, StatusCode, Uri, Version};
 use tollgate::Backend;
-use tollgate_http::{BuildError, PeerAddr, RateLimit, RateLimitService, ResponseFuture};
+use tollgate_http::{BuildError, LimitBody, PeerAddr, RateLimit, RateLimitService, ResponseFuture};
 use tower::{Layer, Service};
 
 use self::headers::{append_forwarded, remove_hop_by_hop};
@@ -202,7 +202,7 @@ impl<B: Backend + Clone + 'static> Future for Reply<B> {
             Reply::Now(answer) => Poll::Ready(Ok(answer.take().expect("polled after it answered"))),
             Reply::Limited(limited) => Pin::new(limited)
                 .poll(cx)
-                .map(|Ok(response)| Ok(response.map(Body::new))),
+                .map(|Ok(response)| Ok(response.map(LimitBody::into_inner))),
             Reply::Forwarded(forwarded) => forwarded.as_mut().poll(cx),
         }
     }
