@@ -32,32 +32,42 @@ fn plain(align: usize, size: usize) -> bool {
     align <= MALLOC_ALIGN && align <= size
 }
 
+/// `mi_malloc` or `mi_zalloc`, and their aligned forms.
+type Plain = unsafe extern "C" fn(usize) -> *mut c_void;
+type Aligned = unsafe extern "C" fn(usize, usize) -> *mut c_void;
+
+/// A block for `layout` from `plain` when its alignment allows, else from
+/// `aligned`.
+///
+/// # Safety
+///
+/// `layout` has a non-zero size, as `GlobalAlloc::alloc` requires.
+#[inline]
+unsafe fn allocate(layout: Layout, plain_call: Plain, aligned_call: Aligned) -> *mut u8 {
+    // SAFETY: mimalloc accepts any size and any power-of-two alignment.
+    unsafe {
+        if plain(layout.align(), layout.size()) {
+            plain_call(layout.size()).cast()
+        } else {
+            aligned_call(layout.size(), layout.align()).cast()
+        }
+    }
+}
+
 // SAFETY: every block comes from mimalloc and goes back to `mi_free`, which
 // frees aligned and plain blocks alike; each call below returns a block
 // aligned for the layout it was given (see `plain`), or null on failure.
 unsafe impl GlobalAlloc for MiMalloc {
     #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: sizes and alignments are the caller's valid layout.
-        unsafe {
-            if plain(layout.align(), layout.size()) {
-                mi::mi_malloc(layout.size()).cast()
-            } else {
-                mi::mi_malloc_aligned(layout.size(), layout.align()).cast()
-            }
-        }
+        // SAFETY: the caller's layout, as `alloc` requires.
+        unsafe { allocate(layout, mi::mi_malloc, mi::mi_malloc_aligned) }
     }
 
     #[inline]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         // SAFETY: as `alloc`.
-        unsafe {
-            if plain(layout.align(), layout.size()) {
-                mi::mi_zalloc(layout.size()).cast()
-            } else {
-                mi::mi_zalloc_aligned(layout.size(), layout.align()).cast()
-            }
-        }
+        unsafe { allocate(layout, mi::mi_zalloc, mi::mi_zalloc_aligned) }
     }
 
     #[inline]
