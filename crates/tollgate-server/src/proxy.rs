@@ -126,23 +126,24 @@ impl<B: Backend + Clone + 'static> Proxy<B> {
                 return Ok(built.1.clone());
             }
         }
-        // The process's recorder is installed before any listener starts
-        // (`metrics::handle` in `start`), so its handles can be kept.
-        crate::metrics::handle();
-        let mut limit = RateLimit::builder(self.engine.backend().clone())
-            .register_metrics_once()
-            .client_ip(config.http_client_ip().clone())
-            .top_in(
-                Arc::clone(self.engine.top()),
-                Arc::clone(self.engine.top_clock()),
-            );
         let rules = self.engine.http_rules(&config);
         let limited = if rules.is_empty() {
             None
         } else {
-            for rule in rules {
-                limit = limit.rule(rule);
-            }
+            // The process's recorder is installed before any listener
+            // starts (`metrics::handle` in `start`), so its handles can be
+            // kept.
+            crate::metrics::handle();
+            let limit = RateLimit::builder(self.engine.backend().clone())
+                .register_metrics_once()
+                .client_ip(config.http_client_ip().clone())
+                .top_in(
+                    Arc::clone(self.engine.top()),
+                    Arc::clone(self.engine.top_clock()),
+                );
+            let limit = rules
+                .into_iter()
+                .fold(limit, |limit, rule| limit.rule(rule));
             Some(limit.build()?.layer(self.forward.clone()))
         };
         self.built.store(Some(Arc::new((config, limited.clone()))));
