@@ -11,8 +11,23 @@
 //! - `cargo bench -p tollgate-server --bench load -- upstream PORT`: a tiny
 //!   HTTP/1.1 service answering `hello` to everything, the upstream of the
 //!   proxy benchmark (`benches/serve.sh`).
+//! - `cargo bench -p tollgate-server --bench load -- floor PORT UPSTREAM
+//!   [WORKERS]`: the least a reverse proxy on hyper does (`load/floor.rs`),
+//!   the floor under the proxy in `benches/proxy-ab.sh` (`FLOOR=N`).
 //!
 //! `benches/serve.sh` runs them all, with nginx and wrk (docs/PERFORMANCE.md).
+
+#[path = "load/floor.rs"]
+mod floor;
+
+// The `tollgate` binary's allocator, so that the floor and the do-nothing
+// peers allocate as the server they are compared with does. (Its unit
+// tests come along, unused: this bench has no test harness.)
+#[allow(dead_code)]
+#[path = "../../tollgate-cli/src/allocator.rs"]
+mod allocator;
+#[global_allocator]
+static ALLOCATOR: allocator::MiMalloc = allocator::MiMalloc;
 
 use std::time::{Duration, Instant};
 
@@ -216,9 +231,18 @@ fn main() {
             let port = arg(1).and_then(|p| p.parse().ok()).unwrap_or(18070);
             runtime.block_on(upstream(port));
         }
+        Some("floor") => {
+            let port = |i| arg(i).and_then(|p| p.parse().ok());
+            let (Some(listen), Some(upstream)) = (port(1), port(2)) else {
+                println!("usage: load floor PORT UPSTREAM_PORT [WORKERS]");
+                return;
+            };
+            let workers = arg(3).and_then(|w| w.parse().ok()).unwrap_or(2);
+            floor::run(listen, upstream, workers);
+        }
         // `cargo test --benches` and plain `cargo bench` run nothing long.
         _ => {
-            println!("usage: load grpc [SECONDS] [STORE] | load null [PORT] | load upstream [PORT]")
+            println!("usage: load grpc [SECONDS] [STORE] | load null [PORT] | load upstream [PORT] | load floor PORT UPSTREAM_PORT [WORKERS]")
         }
     }
 }

@@ -29,6 +29,13 @@
 # binary's flags can follow it after a colon ("bin:--workers 1"). NGINX=
 # (empty) leaves nginx out; SHAPES picks shapes ("none open refusing").
 #
+# FLOOR=N adds, on the shape without a rule, the floor under the proxy: the
+# `load` bench's `floor` (benches/load/floor.rs), the least a proxy on hyper
+# and Tokio does, on N workers laid out as `--workers N` (N=2 next to the
+# default, 1 under callgrind next to "bin:--workers 1").
+#
+# LOAD=PATH takes that build of the `load` bench instead of building it.
+#
 # UPSTREAM=demo serves the upstream with the first binary's
 # `--demo-upstream` (hyper answering `ok`, one thread) instead of the `load`
 # bench, which then need not be built.
@@ -37,7 +44,8 @@
 # machine: each tollgate process runs under valgrind's callgrind, counting
 # only while wrk runs (`callgrind_control`), and the CPU column becomes the
 # instructions it executed per request (whatever the load; wrk then keeps
-# 4 connections, req/s are valgrind's, and nginx is left out). KEEP=DIR
+# 4 connections, req/s are valgrind's, and nginx runs as one process,
+# without its master, under callgrind too). KEEP=DIR
 # keeps the profiles there (cg.PID.N, one per tollgate process and round)
 # for `callgrind_annotate --inclusive=yes`.
 set -euo pipefail
@@ -51,12 +59,14 @@ if [ $# -eq 0 ]; then
   cargo build --release -p tollgate-cli --bin tollgate 2>&1 | tail -1
   set -- "${CARGO_TARGET_DIR:-target}/release/tollgate"
 fi
-if [ "${UPSTREAM:-load}" = demo ]; then
-  upstream_cmd() { exec "${1%%:*}" serve --no-grpc --no-watch --log error --http-listen "127.0.0.1:$((PORT + 999))" --demo-upstream "127.0.0.1:$PORT"; }
-else
+if [ -z "${LOAD:-}" ] && { [ "${UPSTREAM:-load}" != demo ] || [ -n "${FLOOR:-}" ]; }; then
   LOAD=$(cargo bench -p tollgate-server --bench load --no-run 2>&1 |
     sed -n 's/.*Executable.*(\(.*\)).*/\1/p' | tail -1)
   [ -x "$LOAD" ] || { echo "the load bench did not build"; exit 1; }
+fi
+if [ "${UPSTREAM:-load}" = demo ]; then
+  upstream_cmd() { exec "${1%%:*}" serve --no-grpc --no-watch --log error --http-listen "127.0.0.1:$((PORT + 999))" --demo-upstream "127.0.0.1:$PORT"; }
+else
   upstream_cmd() { exec "$LOAD" upstream "$PORT"; }
 fi
 OUT=$(mktemp -d)
@@ -72,8 +82,9 @@ stop_all() {
 }
 trap stop_all EXIT
 WRAP=()
+NGINX_PROCESSES="worker_processes 2;"
 if [ "$COUNT" = callgrind ]; then
-  NGINX=
+  NGINX_PROCESSES="worker_processes 1; master_process off;"
   # shellcheck source=../../../benches/counting.sh
   . "$(dirname "$0")/../../../benches/counting.sh"
   WRAP=("${COUNTING[@]}")
@@ -127,6 +138,13 @@ for spec in "$@"; do
     next=$((next + 2))
   done
 done
+if [ -n "${FLOOR:-}" ]; then
+  "${WRAP[@]}" "$LOAD" floor "$next" "$UP" "$FLOOR" >/dev/null 2>&1 &
+  PIDS+=($!)
+  wait_port "$next"
+  TARGETS+=("none floor $next ${PIDS[-1]}")
+  next=$((next + 1))
+fi
 if [ -n "$NGINX" ]; then
   mkdir -p "$OUT/nginx"
   servers=""
@@ -140,7 +158,7 @@ if [ -n "$NGINX" ]; then
     next=$((next + 1))
   done
   cat >"$OUT/nginx.conf" <<EOF
-worker_processes 2;
+$NGINX_PROCESSES
 daemon off;
 pid $OUT/nginx/nginx.pid;
 error_log $OUT/nginx/error.log error;
@@ -159,11 +177,15 @@ http {
   $servers
 }
 EOF
-  "$NGINX" -p "$OUT/nginx" -e "$OUT/nginx/error.log" -c "$OUT/nginx.conf" >/dev/null 2>&1 &
+  "${WRAP[@]}" "$NGINX" -p "$OUT/nginx" -e "$OUT/nginx/error.log" -c "$OUT/nginx.conf" >/dev/null 2>&1 &
   NGINX_PID=$!; PIDS+=("$NGINX_PID")
   for sp in "${NGINX_PORTS[@]}"; do wait_port "${sp#* }"; done
-  sleep 0.5 # the workers are forked after the ports are open
-  workers=$(pgrep -P "$NGINX_PID" | tr '\n' ' ')
+  if [ "$COUNT" = callgrind ]; then
+    workers=$NGINX_PID # no master: the process serves
+  else
+    sleep 0.5 # the workers are forked after the ports are open
+    workers=$(pgrep -P "$NGINX_PID" | tr '\n' ' ')
+  fi
   for sp in "${NGINX_PORTS[@]}"; do TARGETS+=("${sp% *} nginx ${sp#* } $workers"); done
   echo "nginx $("$NGINX" -v 2>&1 | sed 's/.*nginx\///')"
 fi
@@ -203,6 +225,7 @@ echo "uptime after:  $(uptime)"
 echo
 n=0
 for spec in "$@"; do n=$((n + 1)); echo "tollgate#$n: $spec"; done
+if [ -n "${FLOOR:-}" ]; then echo "floor: benches/load/floor.rs on $FLOOR workers"; fi
 if [ "$COUNT" = callgrind ]; then
   UNIT=instructions; echo "wrk -t1 -c4 -d$DUR, $ROUNDS rounds, medians; CPU: instructions the proxy process executed (callgrind)"
 else

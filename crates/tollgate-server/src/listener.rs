@@ -51,6 +51,7 @@ pub use self::body::Pace;
 use self::body::{FaultSlot, Guarded};
 use self::clock::{Clock, Expired, Finished};
 use crate::metrics;
+use crate::proxy::Client;
 
 /// A listener's bounds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -252,12 +253,24 @@ impl<S> HttpService for S where
 {
 }
 
+/// What a listener's requests are for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// Answered by the server's own routes.
+    Routes,
+    /// Forwarded by the reverse proxy: each request also carries its
+    /// connection's client, whose `X-Forwarded-For` and `Forwarded` values
+    /// are then made once per connection.
+    Proxy,
+}
+
 /// Serves `router` on `listener` within `limits` until `shutdown` turns
 /// true, then drains. Each connection holds one of `permits` (sized
 /// `max_connections`; shared by the listeners of one address).
 pub async fn serve<S: HttpService>(
     listener: TcpListener,
     router: S,
+    role: Role,
     limits: ListenerLimits,
     permits: Arc<Semaphore>,
     mut shutdown: watch::Receiver<bool>,
@@ -275,7 +288,7 @@ pub async fn serve<S: HttpService>(
         let router = router.clone();
         let shutdown = shutdown.clone();
         tokio::spawn(async move {
-            connection(stream, peer, router, limits, shutdown).await;
+            connection(stream, peer, router, role, limits, shutdown).await;
             drop(permit);
         });
     }
@@ -305,9 +318,13 @@ async fn respond<S: HttpService>(
     router: S,
     mut req: Request<Incoming>,
     peer: SocketAddr,
+    client: Option<Client>,
     limits: &ListenerLimits,
 ) -> Response<Body> {
     req.extensions_mut().insert(PeerAddr(peer));
+    if let Some(client) = client {
+        req.extensions_mut().insert(client);
+    }
     if let Some(max) = limits.max_body_bytes {
         let declared = req
             .headers()
@@ -335,6 +352,7 @@ async fn connection<S: HttpService>(
     stream: TcpStream,
     peer: SocketAddr,
     router: S,
+    role: Role,
     limits: ListenerLimits,
     mut shutdown: watch::Receiver<bool>,
 ) {
@@ -362,13 +380,15 @@ async fn connection<S: HttpService>(
         clock: Arc::clone(&clock),
     });
     let service_clock = Arc::clone(&clock);
+    let client = (role == Role::Proxy).then(|| Client::new(peer));
     let service = hyper::service::service_fn(move |req: Request<Incoming>| {
         let router = router.clone();
+        let client = client.clone();
         service_clock.request_started();
         // Held by the future until the response exists, then by its body.
         let finished = Finished(Arc::clone(&service_clock));
         async move {
-            let response = respond(router, req, peer, &limits).await;
+            let response = respond(router, req, peer, client, &limits).await;
             Ok::<_, Infallible>(response.map(|inner| Tracked {
                 inner,
                 _finished: finished,

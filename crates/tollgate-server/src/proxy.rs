@@ -33,10 +33,11 @@ use http::header::{self, HeaderValue};
 use http::uri::Authority;
 use http::{Request, Response, StatusCode, Uri, Version};
 use tollgate::Backend;
-use tollgate_http::{BuildError, LimitBody, PeerAddr, RateLimit, RateLimitService, ResponseFuture};
+use tollgate_http::{BuildError, LimitBody, RateLimit, RateLimitService, ResponseFuture};
 use tower::{Layer, Service};
 
-use self::headers::{append_forwarded, remove_hop_by_hop};
+use self::headers::remove_hop_by_hop;
+pub(crate) use self::headers::Client;
 use self::pool::Pool;
 use crate::config::Config;
 use crate::engine::Engine;
@@ -240,20 +241,21 @@ fn status(status: StatusCode, text: &'static str) -> Response<Body> {
 
 async fn forward(
     upstream: Arc<Upstream>,
-    mut request: Request<Body>,
+    request: Request<Body>,
 ) -> Result<Response<Body>, Infallible> {
     // The target is origin-form already ([`target::canonicalize`]).
+    let (mut parts, body) = request.into_parts();
     // Kept alive whatever the client speaks.
-    *request.version_mut() = Version::HTTP_11;
-    let peer = request.extensions().get::<PeerAddr>().map(|p| p.0);
-    let headers = request.headers_mut();
+    parts.version = Version::HTTP_11;
+    let headers = &mut parts.headers;
     remove_hop_by_hop(headers);
-    if let Some(peer) = peer {
-        append_forwarded(headers, peer);
+    if let Some(client) = parts.extensions.get::<Client>() {
+        client.append_to(headers);
     }
     if !headers.contains_key(header::HOST) {
         headers.insert(header::HOST, upstream.host.clone());
     }
+    let request = Request::from_parts(parts, body);
     Ok(
         match tokio::time::timeout(upstream.timeout, upstream.pool.send(request)).await {
             Err(_) => status(

@@ -26,7 +26,7 @@ use tower::util::BoxCloneService;
 
 use crate::config::{Config, ConfigError, DirectoryOptions, Source};
 use crate::engine::{Engine, Provenance};
-use crate::listener::{self, ListenerLimits};
+use crate::listener::{self, ListenerLimits, Role};
 use crate::proxy::{Proxy, ProxyError};
 use crate::store::{self, GuardedStore, StoreError};
 use crate::top_shape::{TopSettings, TopShapeError};
@@ -229,6 +229,7 @@ impl Shared {
                         self.http_token.clone(),
                     ),
                 ),
+                Role::Routes,
                 self.limits,
                 Arc::clone(&self.http_permits),
                 self.stopping.clone(),
@@ -238,6 +239,7 @@ impl Shared {
             tasks.push(tokio::spawn(listener::serve(
                 TcpListener::from_std(socket)?,
                 proxy.service(),
+                Role::Proxy,
                 self.limits,
                 Arc::clone(&self.proxy_permits),
                 self.stopping.clone(),
@@ -411,6 +413,7 @@ pub async fn start(options: ServeOptions) -> Result<Running, ServeError> {
         tasks.push(tokio::spawn(listener::serve(
             listener,
             api::metrics_router(&m.path),
+            Role::Routes,
             options.limits,
             permits(),
             stopping.clone(),

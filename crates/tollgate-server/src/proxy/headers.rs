@@ -2,22 +2,11 @@
 
 use std::fmt::Write;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 
+use bytes::Bytes;
 use http::header::{self, Entry, HeaderMap, HeaderName, HeaderValue};
-
-/// Hop-by-hop fields (RFC 9110 §7.6.1), never forwarded. A `static`, not a
-/// `const`: a `const` array is built and dropped again at every use, and
-/// [`is_hop_by_hop`] runs for every field of every message.
-static HOP_BY_HOP: [HeaderName; 8] = [
-    header::CONNECTION,
-    HeaderName::from_static("keep-alive"),
-    HeaderName::from_static("proxy-connection"),
-    header::PROXY_AUTHENTICATE,
-    header::PROXY_AUTHORIZATION,
-    header::TE,
-    header::TRAILER,
-    header::TRANSFER_ENCODING,
-];
+use parking_lot::Mutex;
 
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 
@@ -28,84 +17,151 @@ pub(crate) fn remove_hop_by_hop(headers: &mut HeaderMap) {
     if !headers.keys().any(is_hop_by_hop) {
         return;
     }
-    let listed: Vec<HeaderName> = headers
+    let mut hop_by_hop: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
         .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
         .collect();
-    for name in HOP_BY_HOP.iter().chain(&listed) {
+    hop_by_hop.extend(headers.keys().filter(|name| is_hop_by_hop(name)).cloned());
+    for name in &hop_by_hop {
         headers.remove(name);
     }
-    // `Upgrade` is hop-by-hop too; this proxy does not tunnel upgrades.
-    headers.remove(header::UPGRADE);
 }
 
-/// Whether `name` is hop-by-hop whatever `Connection` says.
+/// Whether `name` is hop-by-hop whatever `Connection` says (RFC 9110
+/// §7.6.1, and `Upgrade`: this proxy does not tunnel upgrades). By its
+/// text, compared by length first: nine `HeaderName` comparisons for each
+/// field of each message cost about 200 instructions a request.
 fn is_hop_by_hop(name: &HeaderName) -> bool {
-    HOP_BY_HOP.contains(name) || name == header::UPGRADE
+    matches!(
+        name.as_str(),
+        "connection"
+            | "keep-alive"
+            | "proxy-connection"
+            | "proxy-authenticate"
+            | "proxy-authorization"
+            | "te"
+            | "trailer"
+            | "transfer-encoding"
+            | "upgrade"
+    )
 }
 
-/// Appends the client to `X-Forwarded-For` and `Forwarded` (RFC 7239), in
-/// the form its key uses: an IPv4 client of a dual-stack socket is
-/// `127.0.0.1`, not `::ffff:127.0.0.1`.
-pub(crate) fn append_forwarded(headers: &mut HeaderMap, peer: SocketAddr) {
-    let ip = peer.ip().to_canonical();
-    // Read before the entries below borrow the map.
-    let host = headers
-        .get(header::HOST)
-        .filter(|v| {
-            v.as_bytes()
-                .iter()
-                .all(|b| b.is_ascii_graphic() && *b != b'"')
-        })
-        .cloned();
-    append(headers, X_FORWARDED_FOR, |out| push_ip(out, ip));
-    append(headers, header::FORWARDED, |out| {
+/// The client of one connection, as the listener hands it to the proxy
+/// with each request (an extension): its address, and the
+/// `X-Forwarded-For` and `Forwarded` values made for it, kept for the
+/// connection's next requests. A keep-alive client sends every request from
+/// one address and nearly always with one `Host`, so the values are written
+/// once per connection rather than once per request (about 1,700
+/// instructions a request fewer; docs/PERFORMANCE.md, session 16).
+#[derive(Clone)]
+pub(crate) struct Client(Arc<Connection>);
+
+struct Connection {
+    peer: SocketAddr,
+    /// The values for the last `Host` seen.
+    made: Mutex<Option<Made>>,
+}
+
+/// The fields a request from the client with `host` gets when it has none
+/// of its own.
+struct Made {
+    /// The request's `Host` as it came (`None`: no `Host`).
+    host: Option<HeaderValue>,
+    x_forwarded_for: HeaderValue,
+    forwarded: HeaderValue,
+}
+
+impl Client {
+    /// The client at `peer`, nothing made yet.
+    pub(crate) fn new(peer: SocketAddr) -> Self {
+        Client(Arc::new(Connection {
+            peer,
+            made: Mutex::new(None),
+        }))
+    }
+
+    /// Appends the client to `X-Forwarded-For` and `Forwarded` (RFC 7239),
+    /// in the form its key uses: an IPv4 client of a dual-stack socket is
+    /// `127.0.0.1`, not `::ffff:127.0.0.1`. `Forwarded` carries the `Host`
+    /// too when it is a token a quoted string can hold.
+    pub(crate) fn append_to(&self, headers: &mut HeaderMap) {
+        let host = headers.get(header::HOST);
+        let (x_forwarded_for, forwarded) = {
+            let mut made = self.0.made.lock();
+            if made.as_ref().is_none_or(|kept| kept.host.as_ref() != host) {
+                *made = Made::new(self.0.peer, host);
+            }
+            let Some(current) = made.as_ref() else {
+                return;
+            };
+            (current.x_forwarded_for.clone(), current.forwarded.clone())
+        };
+        append(headers, X_FORWARDED_FOR, x_forwarded_for);
+        append(headers, header::FORWARDED, forwarded);
+    }
+}
+
+impl Made {
+    /// The values for the client at `peer` sending `host`; `None` if they
+    /// make no field value (which an address and a checked host cannot).
+    fn new(peer: SocketAddr, host: Option<&HeaderValue>) -> Option<Self> {
+        let ip = peer.ip().to_canonical();
+        let mut x_forwarded_for = String::new();
+        push_ip(&mut x_forwarded_for, ip);
+        let mut forwarded = String::from("for=");
         match ip {
-            IpAddr::V4(_) => {
-                out.push_str("for=");
-                push_ip(out, ip);
-            }
+            IpAddr::V4(_) => forwarded.push_str(&x_forwarded_for),
             IpAddr::V6(_) => {
-                out.push_str("for=\"[");
-                push_ip(out, ip);
-                out.push_str("]\"");
+                forwarded.push_str("\"[");
+                forwarded.push_str(&x_forwarded_for);
+                forwarded.push_str("]\"");
             }
         }
-        out.push_str(";proto=http");
-        if let Some(host) = host.as_ref().and_then(|h| h.to_str().ok()) {
-            out.push_str(";host=\"");
-            out.push_str(host);
-            out.push('"');
+        forwarded.push_str(";proto=http");
+        let quotable = host
+            .filter(|v| {
+                v.as_bytes()
+                    .iter()
+                    .all(|b| b.is_ascii_graphic() && *b != b'"')
+            })
+            .and_then(|v| v.to_str().ok());
+        if let Some(quotable) = quotable {
+            forwarded.push_str(";host=\"");
+            forwarded.push_str(quotable);
+            forwarded.push('"');
         }
-    });
+        Some(Made {
+            host: host.cloned(),
+            x_forwarded_for: HeaderValue::from_maybe_shared(Bytes::from(x_forwarded_for)).ok()?,
+            forwarded: HeaderValue::from_maybe_shared(Bytes::from(forwarded)).ok()?,
+        })
+    }
 }
 
-/// Replaces the `name` fields by one list: every prior field's value (a
-/// list in several fields is one comma-separated list), then what `last`
-/// writes. One look-up of `name`, and the value kept without an allocation
-/// of its own ([`tollgate_http::header_value`]).
-fn append(headers: &mut HeaderMap, name: HeaderName, last: impl FnOnce(&mut String)) {
-    let written = |prior: &mut dyn Iterator<Item = &HeaderValue>| {
-        tollgate_http::header_value(|out| {
-            for value in prior.filter_map(|v| v.to_str().ok()) {
-                out.push_str(value);
-                out.push_str(", ");
-            }
-            last(out);
-        })
-    };
+/// Adds `own` to the `name` fields: alone if there are none, else one list
+/// of every prior field's value (a list in several fields is one
+/// comma-separated list) and then `own`. One look-up of `name`.
+fn append(headers: &mut HeaderMap, name: HeaderName, own: HeaderValue) {
     match headers.entry(name) {
-        Entry::Occupied(mut entry) => {
-            if let Ok(value) = written(&mut entry.iter()) {
-                entry.insert(value);
-            }
-        }
         Entry::Vacant(entry) => {
-            if let Ok(value) = written(&mut std::iter::empty()) {
-                entry.insert(value);
+            entry.insert(own);
+        }
+        Entry::Occupied(mut entry) => {
+            let Ok(own) = own.to_str() else {
+                return;
+            };
+            let list = tollgate_http::header_value(|out| {
+                for value in entry.iter().filter_map(|v| v.to_str().ok()) {
+                    out.push_str(value);
+                    out.push_str(", ");
+                }
+                out.push_str(own);
+            });
+            if let Ok(list) = list {
+                entry.insert(list);
             }
         }
     }
@@ -133,7 +189,7 @@ mod tests {
         headers.insert("x-forwarded-for", HeaderValue::from_static("203.0.113.9"));
         headers.insert("forwarded", HeaderValue::from_static("for=203.0.113.9"));
         headers.insert("host", HeaderValue::from_static("example.com"));
-        append_forwarded(&mut headers, "[2001:db8::1]:443".parse().unwrap());
+        Client::new("[2001:db8::1]:443".parse().unwrap()).append_to(&mut headers);
         assert_eq!(headers["x-forwarded-for"], "203.0.113.9, 2001:db8::1");
         assert_eq!(
             headers["forwarded"],
@@ -155,7 +211,7 @@ mod tests {
         let mut headers = HeaderMap::new();
         headers.append("x-forwarded-for", HeaderValue::from_static("198.51.100.1"));
         headers.append("x-forwarded-for", HeaderValue::from_static("203.0.113.9"));
-        append_forwarded(&mut headers, "192.0.2.7:80".parse().unwrap());
+        Client::new("192.0.2.7:80".parse().unwrap()).append_to(&mut headers);
         assert_eq!(
             headers
                 .get_all("x-forwarded-for")
@@ -165,9 +221,52 @@ mod tests {
         );
     }
 
+    /// The values made for one request of a connection serve its next
+    /// ones while the `Host` stays, and are made again when it changes.
+    #[test]
+    fn a_connection_s_values_follow_its_host() {
+        let client = Client::new("192.0.2.7:80".parse().unwrap());
+        let request = |host: Option<&'static str>, prior: Option<&'static str>| {
+            let mut headers = HeaderMap::new();
+            if let Some(host) = host {
+                headers.insert(header::HOST, HeaderValue::from_static(host));
+            }
+            if let Some(prior) = prior {
+                headers.insert("x-forwarded-for", HeaderValue::from_static(prior));
+            }
+            client.append_to(&mut headers);
+            ["x-forwarded-for", "forwarded"].map(|name| headers[name].to_str().unwrap().to_owned())
+        };
+        let a = "for=192.0.2.7;proto=http;host=\"a.example\"";
+        assert_eq!(request(Some("a.example"), None), ["192.0.2.7", a]);
+        assert_eq!(
+            request(Some("a.example"), Some("198.51.100.1")),
+            ["198.51.100.1, 192.0.2.7", a]
+        );
+        assert_eq!(
+            request(Some("b.example:8080"), None)[1],
+            "for=192.0.2.7;proto=http;host=\"b.example:8080\""
+        );
+        assert_eq!(request(None, None)[1], "for=192.0.2.7;proto=http");
+        // A host a quoted string cannot carry is left out, not escaped.
+        assert_eq!(request(Some("a\"b"), None)[1], "for=192.0.2.7;proto=http");
+        assert_eq!(request(Some("a.example"), None)[1], a);
+    }
+
     #[test]
     fn each_hop_by_hop_field_is_removed_alone_and_the_others_kept() {
-        for name in HOP_BY_HOP.iter().chain([&header::UPGRADE]) {
+        let names = [
+            "connection",
+            "keep-alive",
+            "proxy-connection",
+            "proxy-authenticate",
+            "proxy-authorization",
+            "te",
+            "trailer",
+            "transfer-encoding",
+            "upgrade",
+        ];
+        for name in names {
             let mut headers = HeaderMap::new();
             headers.insert(header::HOST, HeaderValue::from_static("a.example"));
             headers.insert(name, HeaderValue::from_static("x"));
