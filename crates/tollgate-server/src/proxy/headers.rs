@@ -68,8 +68,10 @@ struct Connection {
 /// The fields a request from the client with `host` gets when it has none
 /// of its own.
 struct Made {
-    /// The request's `Host` as it came (`None`: no `Host`).
-    host: Option<HeaderValue>,
+    /// The request's `Host` as it came (`None`: no `Host`), copied: the
+    /// request's own value shares hyper's read buffer, which a value kept
+    /// for the connection's lifetime would keep from being reused.
+    host: Option<Box<[u8]>>,
     x_forwarded_for: HeaderValue,
     forwarded: HeaderValue,
 }
@@ -91,7 +93,11 @@ impl Client {
         let host = headers.get(header::HOST);
         let (x_forwarded_for, forwarded) = {
             let mut made = self.0.made.lock();
-            if made.as_ref().is_none_or(|kept| kept.host.as_ref() != host) {
+            let sent = host.map(HeaderValue::as_bytes);
+            if made
+                .as_ref()
+                .is_none_or(|kept| kept.host.as_deref() != sent)
+            {
                 *made = Made::new(self.0.peer, host);
             }
             let Some(current) = made.as_ref() else {
@@ -134,7 +140,7 @@ impl Made {
             forwarded.push('"');
         }
         Some(Made {
-            host: host.cloned(),
+            host: host.map(|v| v.as_bytes().into()),
             x_forwarded_for: HeaderValue::from_maybe_shared(Bytes::from(x_forwarded_for)).ok()?,
             forwarded: HeaderValue::from_maybe_shared(Bytes::from(forwarded)).ok()?,
         })
