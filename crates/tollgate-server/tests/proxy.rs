@@ -127,6 +127,57 @@ async fn forwards_with_forwarded_headers_and_without_hop_by_hop() {
     server.running.shutdown().await;
 }
 
+/// The forwarding fields are made once per connection and kept while its
+/// `Host` stays: requests on one keep-alive connection that change their
+/// `Host` each get their own, and a client's own list is still appended to.
+#[tokio::test]
+async fn requests_on_one_connection_each_get_their_own_host_forwarded() {
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+
+    let up = upstream().await;
+    let server = proxy_to(&format!("http://{up}")).await;
+    let stream = tokio::net::TcpStream::connect(server.running.proxy.unwrap())
+        .await
+        .unwrap();
+    let mut conn = BufReader::new(stream);
+    let mut ask = async |host: &str, extra: &str| -> serde_json::Value {
+        let head = format!("GET /headers HTTP/1.1\r\nHost: {host}\r\n{extra}\r\n");
+        conn.get_mut().write_all(head.as_bytes()).await.unwrap();
+        let mut length = 0;
+        loop {
+            let mut line = String::new();
+            conn.read_line(&mut line).await.unwrap();
+            let line = line.trim_end().to_ascii_lowercase();
+            if line.is_empty() {
+                break;
+            }
+            if let Some(n) = line.strip_prefix("content-length:") {
+                length = n.trim().parse().unwrap();
+            }
+        }
+        let mut body = vec![0; length];
+        conn.read_exact(&mut body).await.unwrap();
+        serde_json::from_slice(&body).unwrap()
+    };
+    let forwarded = |host: &str| format!("for=127.0.0.1;proto=http;host=\"{host}\"");
+    for (host, extra, x_forwarded_for) in [
+        ("a.example", "", "127.0.0.1"),
+        ("a.example", "", "127.0.0.1"),
+        ("b.example:8080", "", "127.0.0.1"),
+        (
+            "a.example",
+            "X-Forwarded-For: 203.0.113.9\r\n",
+            "203.0.113.9, 127.0.0.1",
+        ),
+    ] {
+        let seen = ask(host, extra).await;
+        assert_eq!(seen["host"], host, "{seen}");
+        assert_eq!(seen["forwarded"], forwarded(host).as_str(), "{seen}");
+        assert_eq!(seen["x-forwarded-for"], x_forwarded_for, "{seen}");
+    }
+    server.running.shutdown().await;
+}
+
 #[tokio::test]
 async fn the_http_layer_limits_with_the_files_rules() {
     let up = upstream().await;
