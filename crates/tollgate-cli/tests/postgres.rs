@@ -62,7 +62,7 @@ fn migrate_then_replay_and_check_through_postgres() {
             "999999937ns",
         ];
         let local: Vec<&str> = [&["replay"][..], &rule, &["--burst", "3"]].concat();
-        let stored: Vec<&str> = [&local[..], &["--store", &url]].concat();
+        let stored: Vec<&str> = [&local[..], &["--store", &url], &common::PATIENT].concat();
         assert_eq!(
             stdout_of(&local, &trace),
             stdout_of(&stored, &trace),
@@ -74,6 +74,8 @@ fn migrate_then_replay_and_check_through_postgres() {
         "check",
         "--store",
         &url,
+        common::PATIENT[0],
+        common::PATIENT[1],
         "--algorithm",
         "fixed_window",
         "--limit",

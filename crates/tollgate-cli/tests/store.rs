@@ -75,7 +75,10 @@ fn store_replay_matches_in_process(server: &RedisServer, trace: &[u8]) {
         ];
         let local = tollgate(&args, "");
         let url = server.url();
-        let stored = tollgate(&[&args[..], &["--store", &url]].concat(), "");
+        let stored = tollgate(
+            &[&args[..], &["--store", &url], &common::PATIENT].concat(),
+            "",
+        );
         assert_eq!(local.lines().count(), stored.lines().count());
         for (n, (a, b)) in local.lines().zip(stored.lines()).enumerate().skip(1) {
             let a: Vec<&str> = a.split(',').collect();
@@ -88,7 +91,10 @@ fn store_replay_matches_in_process(server: &RedisServer, trace: &[u8]) {
         }
         // A second run starts from fresh keys: same output.
         assert_eq!(
-            tollgate(&[&args[..], &["--store", &url]].concat(), ""),
+            tollgate(
+                &[&args[..], &["--store", &url], &common::PATIENT].concat(),
+                ""
+            ),
             stored
         );
     }
@@ -96,7 +102,19 @@ fn store_replay_matches_in_process(server: &RedisServer, trace: &[u8]) {
 
 /// `tollgate check` on `url` with `rule` flags, for `key` at `cost`.
 fn check(url: &str, rule: &[&str], cost: &str, key: &str) -> std::process::Output {
-    let args = [&["check", "--store", url][..], rule, &["--cost", cost, key]].concat();
+    // The patient deadline unless the test sets its own.
+    let deadline: &[&str] = if rule.contains(&"--timeout") {
+        &[]
+    } else {
+        &common::PATIENT
+    };
+    let args = [
+        &["check", "--store", url][..],
+        deadline,
+        rule,
+        &["--cost", cost, key],
+    ]
+    .concat();
     common::run(&args, "")
 }
 
@@ -156,6 +174,8 @@ fn replay_through_redis_names_a_time_out_of_its_span() {
             "1s",
             "--store",
             &server.url(),
+            common::PATIENT[0],
+            common::PATIENT[1],
         ],
         trace,
     );
