@@ -335,6 +335,14 @@ async fn respond<S: HttpService>(
             return body_fault(Fault::TooLarge);
         }
     }
+    // A request without a body (a GET, mostly) has nothing to bound: no
+    // guard, no fault slot, and an empty body that allocates nothing.
+    if http_body::Body::is_end_stream(req.body()) {
+        return match router.oneshot(req.map(|_| Body::empty())).await {
+            Ok(response) => response,
+            Err(never) => match never {},
+        };
+    }
     let fault = FaultSlot::default();
     let (max, pace) = (limits.max_body_bytes, limits.body_pace);
     let guarded = req.map(|b| Body::new(Guarded::new(b, max, pace, Arc::clone(&fault))));
