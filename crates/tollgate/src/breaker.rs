@@ -1,6 +1,6 @@
 //! [`Breaker`]: a circuit breaker that stops calling a failing store.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -68,6 +68,13 @@ impl BreakerConfig {
     pub fn ratio_rule(&self) -> (f64, u32, Duration) {
         (self.ratio, self.min_calls, self.window)
     }
+
+    /// Whether a success, with no failure in the window, leaves the ratio
+    /// rule unmet: not with a ratio of 0 (or NaN), which any `min_calls`
+    /// calls reach.
+    fn success_cannot_open(&self) -> bool {
+        self.ratio > 0.0
+    }
 }
 
 /// Where a [`Breaker`] is.
@@ -118,6 +125,13 @@ const WINDOW_SLOTS: u64 = 10;
 /// read) for `open_for`; then it half-opens and lets `probes` calls
 /// through: all succeed and it closes, one fails and it opens again.
 ///
+/// While it is closed and no failure is counted (none in a row, none in the
+/// window), a call takes its leave and records its success without the
+/// lock: one load of a flag and one count in the window, so that the calls
+/// of a healthy store (every decision of a server's workers) do not queue
+/// on one mutex. A success that races a failure may be counted after the
+/// failure's own look at the window, as if it had ended a moment later.
+///
 /// ```
 /// use std::time::Duration;
 /// use tollgate::{Breaker, BreakerConfig, BreakerState, FakeClock};
@@ -140,7 +154,41 @@ pub struct Breaker<C> {
     /// Clock time until which the breaker is open; 0 when not open. Read
     /// without the lock, so an open breaker refuses in a few nanoseconds.
     open_until: AtomicU64,
+    /// Closed, no failure in a row nor in the window, and a failure ratio
+    /// that a success cannot reach: a success then changes nothing but the
+    /// window's calls. Set and cleared under the lock.
+    calm: AtomicBool,
+    /// Nanoseconds of one slot of the failure-ratio window.
+    slot_ns: u64,
+    /// The failure-ratio window, oldest slots overwritten as it moves.
+    slots: [Slot; WINDOW_SLOTS as usize],
     inner: Mutex<Inner>,
+}
+
+/// The calls and failures of one slot of the window. Started again, when
+/// the window comes round to it, under the lock; counted by calm successes
+/// without it.
+struct Slot {
+    /// Which slot of time it counts; `u64::MAX` for none yet.
+    index: AtomicU64,
+    calls: AtomicU32,
+    failures: AtomicU32,
+}
+
+impl Slot {
+    fn empty() -> Self {
+        Slot {
+            index: AtomicU64::new(u64::MAX),
+            calls: AtomicU32::new(0),
+            failures: AtomicU32::new(0),
+        }
+    }
+
+    fn clear(&self) {
+        self.index.store(u64::MAX, Ordering::Relaxed);
+        self.calls.store(0, Ordering::Relaxed);
+        self.failures.store(0, Ordering::Relaxed);
+    }
 }
 
 #[derive(Debug)]
@@ -150,8 +198,6 @@ struct Inner {
     /// Probes let through and probes that succeeded, while half-open.
     probes_out: u32,
     probes_ok: u32,
-    /// (slot index, calls, failures), oldest first.
-    slots: [(u64, u32, u32); WINDOW_SLOTS as usize],
 }
 
 impl<C: Clock> Breaker<C> {
@@ -160,17 +206,22 @@ impl<C: Clock> Breaker<C> {
     pub fn new(name: impl Into<String>, config: BreakerConfig, clock: C) -> Self {
         let name = name.into();
         metrics::gauge!("tollgate_breaker_state", "store" => name.clone()).set(0.0);
+        let slot_ns = u64::try_from(config.window.as_nanos() / u128::from(WINDOW_SLOTS))
+            .unwrap_or(u64::MAX)
+            .max(1);
         Breaker {
             name,
             config,
             clock,
             open_until: AtomicU64::new(0),
+            calm: AtomicBool::new(config.success_cannot_open()),
+            slot_ns,
+            slots: std::array::from_fn(|_| Slot::empty()),
             inner: Mutex::new(Inner {
                 state: BreakerState::Closed,
                 consecutive: 0,
                 probes_out: 0,
                 probes_ok: 0,
-                slots: [(u64::MAX, 0, 0); WINDOW_SLOTS as usize],
             }),
         }
     }
@@ -179,6 +230,9 @@ impl<C: Clock> Breaker<C> {
     /// half-open with all its probes out).
     #[inline]
     pub fn try_call(&self) -> Option<CallPermit> {
+        if self.calm.load(Ordering::Acquire) {
+            return Some(CallPermit { probe: false });
+        }
         let until = self.open_until.load(Ordering::Acquire);
         if until != 0 && self.clock.now() < until {
             return None;
@@ -209,6 +263,9 @@ impl<C: Clock> Breaker<C> {
     /// Records how the call `permit` allowed went: `ok` false for a failure
     /// of the store (timeout, unavailable), true for any answer.
     pub fn record(&self, permit: CallPermit, ok: bool) {
+        if ok && !permit.probe && self.calm.load(Ordering::Acquire) && self.count_calm() {
+            return;
+        }
         let mut inner = self.inner.lock();
         if permit.probe {
             if inner.state != BreakerState::HalfOpen {
@@ -228,13 +285,30 @@ impl<C: Clock> Breaker<C> {
             return;
         }
         inner.consecutive = if ok { 0 } else { inner.consecutive + 1 };
-        let (calls, failures) = self.count(&mut inner, ok);
+        let (calls, failures) = self.count(ok);
         let by_streak = self.config.consecutive > 0 && inner.consecutive >= self.config.consecutive;
         let by_ratio = calls >= self.config.min_calls
             && f64::from(failures) >= self.config.ratio * f64::from(calls);
         if by_streak || by_ratio {
             self.open(&mut inner);
+        } else {
+            let calm = inner.consecutive == 0 && failures == 0 && self.config.success_cannot_open();
+            self.calm.store(calm, Ordering::Release);
         }
+    }
+
+    /// Counts a calm success in the window without the lock, if its slot
+    /// has been started; false if the slot is to be started (under the
+    /// lock, by [`Self::count`]).
+    fn count_calm(&self) -> bool {
+        let slot = self.clock.now() / self.slot_ns;
+        let counted = &self.slots[(slot % WINDOW_SLOTS) as usize];
+        // Acquire: a slot started again is seen with its counts cleared.
+        if counted.index.load(Ordering::Acquire) != slot {
+            return false;
+        }
+        counted.calls.fetch_add(1, Ordering::Relaxed);
+        true
     }
 
     /// Where the breaker is now (an open breaker whose time is up reports
@@ -254,23 +328,36 @@ impl<C: Clock> Breaker<C> {
     }
 
     /// Adds the call to the window and returns the window's calls and
-    /// failures.
-    fn count(&self, inner: &mut Inner, ok: bool) -> (u32, u32) {
-        let slot_ns = u64::try_from(self.config.window.as_nanos() / u128::from(WINDOW_SLOTS))
-            .unwrap_or(u64::MAX)
-            .max(1);
-        let slot = self.clock.now() / slot_ns;
-        let at = (slot % WINDOW_SLOTS) as usize;
-        if inner.slots[at].0 != slot {
-            inner.slots[at] = (slot, 0, 0);
+    /// failures. Under the lock: only this starts a slot again.
+    fn count(&self, ok: bool) -> (u32, u32) {
+        let slot = self.clock.now() / self.slot_ns;
+        let counted = &self.slots[(slot % WINDOW_SLOTS) as usize];
+        if counted.index.load(Ordering::Relaxed) != slot {
+            counted.calls.store(0, Ordering::Relaxed);
+            counted.failures.store(0, Ordering::Relaxed);
+            // Release: a calm success that sees the new index counts on
+            // the cleared slot.
+            counted.index.store(slot, Ordering::Release);
         }
-        inner.slots[at].1 += 1;
-        inner.slots[at].2 += u32::from(!ok);
-        inner
-            .slots
+        counted.calls.fetch_add(1, Ordering::Relaxed);
+        if !ok {
+            counted.failures.fetch_add(1, Ordering::Relaxed);
+        }
+        self.slots
             .iter()
-            .filter(|(s, _, _)| *s != u64::MAX && slot - *s < WINDOW_SLOTS)
-            .fold((0, 0), |(c, f), (_, calls, fails)| (c + calls, f + fails))
+            .filter(|s| {
+                let index = s.index.load(Ordering::Acquire);
+                index != u64::MAX
+                    && slot
+                        .checked_sub(index)
+                        .is_some_and(|age| age < WINDOW_SLOTS)
+            })
+            .fold((0, 0), |(c, f), s| {
+                (
+                    c + s.calls.load(Ordering::Relaxed),
+                    f + s.failures.load(Ordering::Relaxed),
+                )
+            })
     }
 
     fn open(&self, inner: &mut Inner) {
@@ -290,8 +377,14 @@ impl<C: Clock> Breaker<C> {
         inner.probes_out = 0;
         inner.probes_ok = 0;
         if to == BreakerState::Closed {
-            inner.slots = [(u64::MAX, 0, 0); WINDOW_SLOTS as usize];
+            for slot in &self.slots {
+                slot.clear();
+            }
             self.open_until.store(0, Ordering::Release);
+            self.calm
+                .store(self.config.success_cannot_open(), Ordering::Release);
+        } else {
+            self.calm.store(false, Ordering::Release);
         }
         if to == BreakerState::Open {
             tracing::warn!(target: "tollgate::breaker", store = %self.name, from = from.as_str(), "circuit opened: the store is not called until it is probed");
@@ -407,6 +500,88 @@ mod tests {
         assert!(b.try_call().is_none());
         clock.advance(Duration::from_millis(1));
         assert!(b.try_call().is_some());
+    }
+
+    /// Successes recorded without the lock, from several threads, are
+    /// counted exactly: the ratio rule then opens at the very failure that
+    /// makes half the window's calls fail, not before.
+    #[test]
+    fn calm_successes_from_many_threads_all_count_in_the_window() {
+        let clock = FakeClock::new();
+        let config =
+            BreakerConfig::default()
+                .consecutive(0)
+                .failure_ratio(0.5, 10, Duration::from_secs(10));
+        let b = Breaker::new("s", config, clock);
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                s.spawn(|| {
+                    for _ in 0..1_000 {
+                        let p = b.try_call().expect("closed");
+                        b.record(p, true);
+                    }
+                });
+            }
+        });
+        assert!(b.calm.load(Ordering::Relaxed), "no failure yet");
+        fail(&b, 3_999);
+        assert!(!b.calm.load(Ordering::Relaxed), "failures counted");
+        assert_eq!(b.state(), BreakerState::Closed, "3,999 of 7,999 failed");
+        fail(&b, 1);
+        assert_eq!(b.state(), BreakerState::Open, "4,000 of 8,000 failed");
+    }
+
+    /// After failures, successes go through the lock again (they end the
+    /// streak) until the failures have left the window.
+    #[test]
+    fn calm_again_once_the_failures_leave_the_window() {
+        let clock = FakeClock::new();
+        let config = BreakerConfig::default().consecutive(3).failure_ratio(
+            0.5,
+            100,
+            Duration::from_secs(10),
+        );
+        let b = Breaker::new("s", config, clock.clone());
+        fail(&b, 2);
+        let p = b.try_call().unwrap();
+        b.record(p, true);
+        assert!(
+            !b.calm.load(Ordering::Relaxed),
+            "two failures in the window"
+        );
+        fail(&b, 2);
+        assert_eq!(
+            b.state(),
+            BreakerState::Closed,
+            "the success ended the streak"
+        );
+        clock.advance(Duration::from_secs(11));
+        let p = b.try_call().unwrap();
+        b.record(p, true);
+        assert!(
+            b.calm.load(Ordering::Relaxed),
+            "the window holds no failure"
+        );
+        fail(&b, 3);
+        assert_eq!(b.state(), BreakerState::Open);
+        assert!(!b.calm.load(Ordering::Relaxed));
+    }
+
+    /// A ratio of 0 opens on any `min_calls` calls, successes included: no
+    /// success goes without the lock then.
+    #[test]
+    fn a_zero_ratio_opens_on_successes_as_before() {
+        let clock = FakeClock::new();
+        let config =
+            BreakerConfig::default()
+                .consecutive(0)
+                .failure_ratio(0.0, 3, Duration::from_secs(10));
+        let b = Breaker::new("s", config, clock);
+        for _ in 0..3 {
+            let p = b.try_call().unwrap();
+            b.record(p, true);
+        }
+        assert_eq!(b.state(), BreakerState::Open);
     }
 
     #[test]
