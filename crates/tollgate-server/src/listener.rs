@@ -337,20 +337,19 @@ async fn respond<S: HttpService>(
     }
     // A request without a body (a GET, mostly) has nothing to bound: no
     // guard, no fault slot, and an empty body that allocates nothing.
-    if http_body::Body::is_end_stream(req.body()) {
-        return match router.oneshot(req.map(|_| Body::empty())).await {
-            Ok(response) => response,
-            Err(never) => match never {},
-        };
-    }
-    let fault = FaultSlot::default();
-    let (max, pace) = (limits.max_body_bytes, limits.body_pace);
-    let guarded = req.map(|b| Body::new(Guarded::new(b, max, pace, Arc::clone(&fault))));
-    let response = match router.oneshot(guarded).await {
+    let fault = (!http_body::Body::is_end_stream(req.body())).then(FaultSlot::default);
+    let req = match &fault {
+        None => req.map(|_| Body::empty()),
+        Some(fault) => {
+            let (max, pace) = (limits.max_body_bytes, limits.body_pace);
+            req.map(|b| Body::new(Guarded::new(b, max, pace, Arc::clone(fault))))
+        }
+    };
+    let response = match router.oneshot(req).await {
         Ok(response) => response,
         Err(never) => match never {},
     };
-    match fault.get() {
+    match fault.as_ref().and_then(|fault| fault.get()) {
         Some(&fault) => body_fault(fault),
         None => response,
     }

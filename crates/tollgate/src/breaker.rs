@@ -301,8 +301,7 @@ impl<C: Clock> Breaker<C> {
     /// has been started; false if the slot is to be started (under the
     /// lock, by [`Self::count`]).
     fn count_calm(&self) -> bool {
-        let slot = self.clock.now() / self.slot_ns;
-        let counted = &self.slots[(slot % WINDOW_SLOTS) as usize];
+        let (slot, counted) = self.current_slot();
         // Acquire: a slot started again is seen with its counts cleared.
         if counted.index.load(Ordering::Acquire) != slot {
             return false;
@@ -327,11 +326,16 @@ impl<C: Clock> Breaker<C> {
         &self.name
     }
 
+    /// The window's slot of this moment, with where it is counted.
+    fn current_slot(&self) -> (u64, &Slot) {
+        let slot = self.clock.now() / self.slot_ns;
+        (slot, &self.slots[(slot % WINDOW_SLOTS) as usize])
+    }
+
     /// Adds the call to the window and returns the window's calls and
     /// failures. Under the lock: only this starts a slot again.
     fn count(&self, ok: bool) -> (u32, u32) {
-        let slot = self.clock.now() / self.slot_ns;
-        let counted = &self.slots[(slot % WINDOW_SLOTS) as usize];
+        let (slot, counted) = self.current_slot();
         if counted.index.load(Ordering::Relaxed) != slot {
             counted.calls.store(0, Ordering::Relaxed);
             counted.failures.store(0, Ordering::Relaxed);
@@ -345,12 +349,10 @@ impl<C: Clock> Breaker<C> {
         }
         self.slots
             .iter()
+            // A slot never started (`u64::MAX`) is no age at all.
             .filter(|s| {
-                let index = s.index.load(Ordering::Acquire);
-                index != u64::MAX
-                    && slot
-                        .checked_sub(index)
-                        .is_some_and(|age| age < WINDOW_SLOTS)
+                slot.checked_sub(s.index.load(Ordering::Acquire))
+                    .is_some_and(|age| age < WINDOW_SLOTS)
             })
             .fold((0, 0), |(c, f), s| {
                 (
