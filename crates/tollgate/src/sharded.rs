@@ -21,8 +21,26 @@ pub(crate) struct ShardedMap<K, V> {
 
 /// A shard behind its lock, alone on its cache lines (128 bytes: adjacent
 /// line prefetch pairs 64-byte lines) so shards never share one.
-#[repr(align(128))]
+///
+/// What a check reads before it takes the lock sits on lines of its own
+/// ([`Ahead`]), apart from the lock word every check writes: with two
+/// threads on many keys, the lock's line is in the other core's cache half
+/// the time, and the table's prefetches, which the hint addresses, then go
+/// out while that line is on its way instead of after it arrived.
+#[repr(C, align(128))]
 struct Locked<K, V> {
+    ahead: Ahead,
+    /// The thread that last held the lock ([`thread_token`]; 0 for none),
+    /// for maps read without it; written under the lock, and only when it
+    /// changes.
+    holder: AtomicUsize,
+    shard: ShardLock<Shard<K, V>>,
+}
+
+/// The read-mostly part of a shard: written only when the table moves or
+/// the way denials are tried changes.
+#[repr(align(128))]
+struct Ahead {
     hint: SlotHint,
     /// Whether denials are first tried without the lock ([`Probe::peek`]):
     /// set when a denial was decided with the shard contended (threads
@@ -32,11 +50,6 @@ struct Locked<K, V> {
     /// locked path is the faster one (it looks the key up once whatever the
     /// answer). Written only when it changes.
     peek_first: AtomicBool,
-    /// The thread that last held the lock ([`thread_token`]; 0 for none),
-    /// for maps read without it; written under the lock, and only when it
-    /// changes.
-    holder: AtomicUsize,
-    shard: ShardLock<Shard<K, V>>,
 }
 
 impl<K, V> Locked<K, V> {
@@ -160,14 +173,14 @@ impl<'a, K, V> Probe<'a, K, V> {
     /// Whether denials in this shard are first tried without the lock.
     #[inline(always)]
     pub(crate) fn peek_first(&self) -> bool {
-        self.locked.peek_first.load(Ordering::Relaxed)
+        self.locked.ahead.peek_first.load(Ordering::Relaxed)
     }
 
     /// Sets whether denials in this shard are first tried without the lock.
     #[inline(always)]
     pub(crate) fn set_peek_first(&self, on: bool) {
         if self.peek_first() != on {
-            self.locked.peek_first.store(on, Ordering::Relaxed);
+            self.locked.ahead.peek_first.store(on, Ordering::Relaxed);
         }
     }
 
@@ -198,7 +211,7 @@ impl<'a, K, V> Probe<'a, K, V> {
         };
         let lock = &self.locked.shard;
         let version = lock.read_version()?;
-        let hint = &self.locked.hint;
+        let hint = &self.locked.ahead.hint;
         let tags = hint.tags.load(Ordering::Relaxed);
         let slots = hint.slots.load(Ordering::Relaxed);
         let homes = hint.homes.load(Ordering::Relaxed);
@@ -270,7 +283,7 @@ impl<'a, K, V> Probe<'a, K, V> {
             ShardedMap::<K, V>::LOCK_FREE_READS && (self.locked.changed_hands() || waited);
         Located {
             hash: self.hash,
-            hint: &self.locked.hint,
+            hint: &self.locked.ahead.hint,
             shard,
             contended,
         }
@@ -346,8 +359,10 @@ impl<K: Hash + Eq, V> ShardedMap<K, V> {
                     let hint = SlotHint::default();
                     hint.update(&table);
                     Locked {
-                        hint,
-                        peek_first: AtomicBool::new(false),
+                        ahead: Ahead {
+                            hint,
+                            peek_first: AtomicBool::new(false),
+                        },
                         holder: AtomicUsize::new(0),
                         shard: ShardLock::new(Shard {
                             table,
@@ -387,7 +402,7 @@ impl<K: Hash + Eq, V> ShardedMap<K, V> {
         let mixed = (hash ^ (hash >> 31)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
         let bits = (mixed >> 40) as usize;
         let locked = &self.shards[(bits * self.shards.len()) >> 24];
-        locked.hint.prefetch::<(K, V)>(hash);
+        locked.ahead.hint.prefetch::<(K, V)>(hash);
         Probe { hash, locked }
     }
 
@@ -404,7 +419,7 @@ impl<K: Hash + Eq, V> ShardedMap<K, V> {
     #[cfg(test)]
     pub(crate) fn peek_first_everywhere(&self) {
         for locked in self.shards.iter() {
-            locked.peek_first.store(true, Ordering::Relaxed);
+            locked.ahead.peek_first.store(true, Ordering::Relaxed);
         }
     }
 
