@@ -25,6 +25,11 @@
 //!   and tollgate presized with `LimiterBuilder::capacity`, for every
 //!   algorithm and a policy of two limits, and for string keys
 //!   (`user-0` to `user-999999`) as `String` and as `CompactKey`.
+//! - The floor: after the 1M-key rows, the CPU time of one load from
+//!   memory whose address the load before gave, over a buffer the size of
+//!   the tables. A check of a random key among a million waits for at
+//!   least one line no cache holds, whatever the design; it comes out
+//!   below this only by what the processor overlaps with the next check.
 //!
 //! Run: `cargo run --release -p governor-vs-tollgate` (about two minutes);
 //! `-- --checks N` sets the checks per thread per measurement (default
@@ -236,6 +241,31 @@ fn checks_in_order(order: &[u64], checks: usize, check: &impl Fn(u64) -> bool) -
         black_box(check(black_box(key)));
     }
     thread_cpu_time() - before
+}
+
+/// A cache line of the buffer [`dependent_load`] walks (the alignment makes
+/// it a whole line): the index of the next.
+#[repr(align(64))]
+struct Line(usize);
+
+/// What memory alone costs: CPU ns per load when each load's address is read
+/// by the one before, over `bytes` of cache lines linked in one random cycle
+/// (as large as the limiters' tables, on ordinary pages as theirs are at
+/// 1M keys: each shard's table is under a huge page). The floor under the
+/// 1M-key rows (see the module's doc).
+fn dependent_load(bytes: usize, loads: usize) -> f64 {
+    let lines = (bytes / 64).max(2);
+    let order = shuffled(lines as u64, 0x1A7E);
+    let mut buffer: Vec<Line> = (0..lines).map(|_| Line(0)).collect();
+    for (i, &at) in order.iter().enumerate() {
+        buffer[at as usize].0 = order[(i + 1) % lines] as usize;
+    }
+    let before = thread_cpu_time();
+    let mut at = order[0] as usize;
+    for _ in 0..loads {
+        at = black_box(buffer[at].0);
+    }
+    (thread_cpu_time() - before).as_nanos() as f64 / loads as f64
 }
 
 /// The median figure of three samples, and the least overlap among them.
@@ -586,6 +616,14 @@ fn main() {
     println!("|---:|---:|");
     for (keys, ns) in fetches {
         println!("| {keys} | {ns:.1} |");
+    }
+    if only_keys.map_or(true, |keys| keys >= 1_000_000) {
+        // About the size of a table of 1M `u64` keys (30 bytes a key).
+        let mib = 32;
+        let ns = dependent_load(mib << 20, 10_000_000);
+        println!(
+            "\nMemory alone, the floor under the 1M-key rows: one dependent load of a random line over {mib} MiB, {ns:.1} ns (1 thread)"
+        );
     }
     if only_keys.is_none() {
         memory();
