@@ -574,9 +574,10 @@ mod tests {
             s.spawn(|| assert!(!keyed.check(&7, 1, &clock, &bounds).unwrap().allowed));
         });
         assert!(peek_first());
-        // Alone again: one read in 64 takes the lock, finds the shard
-        // changed hands once more, then that this thread held it last.
-        for _ in 0..128 {
+        // Alone again: one read in `LOCKED_EVERY` takes the lock, finds
+        // the shard changed hands once more, then that this thread held it
+        // last.
+        for _ in 0..2 * crate::readers::LOCKED_EVERY {
             assert!(!keyed.check(&7, 1, &clock, &bounds).unwrap().allowed);
         }
         assert!(!peek_first());

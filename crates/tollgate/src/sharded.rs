@@ -615,9 +615,9 @@ mod tests {
                         shard.sweep(buckets, usize::MAX, |v| v % 5 == 1);
                     }
                 });
-                // Read alone, every stored key is found (one read in 64 on
-                // a thread is sent to the lock on purpose: a second read is
-                // not).
+                // Read alone, every stored key is found (one read in
+                // `readers::LOCKED_EVERY` on a thread is sent to the lock
+                // on purpose: a second read is not).
                 for n in 0..20_000u64 {
                     let stored = map.locate(&n).get_mut(&n).copied();
                     let probe = map.probe(&n);
