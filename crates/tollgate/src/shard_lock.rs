@@ -53,12 +53,11 @@ impl<T> ShardLock<T> {
         }
     }
 
-    /// Exclusive access, once nobody else holds the lock, and whether
-    /// someone else did when asked.
+    /// Exclusive access, once nobody else holds the lock.
     #[inline]
-    pub(crate) fn write(&self) -> (WriteGuard<'_, T>, bool) {
+    pub(crate) fn write(&self) -> WriteGuard<'_, T> {
         if self.try_take() {
-            return (self.taken(), false);
+            return self.taken();
         }
         self.write_contended()
     }
@@ -66,14 +65,14 @@ impl<T> ShardLock<T> {
     /// [`Self::write`] once the first try failed: waits for the holder.
     #[cold]
     #[inline(never)]
-    fn write_contended(&self) -> (WriteGuard<'_, T>, bool) {
+    fn write_contended(&self) -> WriteGuard<'_, T> {
         let mut backoff = Backoff::default();
         loop {
             while self.held.load(Ordering::Relaxed) != 0 {
                 backoff.wait();
             }
             if self.try_take() {
-                return (self.taken(), true);
+                return self.taken();
             }
         }
     }
@@ -187,7 +186,7 @@ mod tests {
             for _ in 0..2 {
                 s.spawn(|| {
                     for _ in 0..10_000 {
-                        let (mut guard, _) = lock.write();
+                        let mut guard = lock.write();
                         guard.0 += 1;
                         guard.1 += 1;
                     }
@@ -207,9 +206,8 @@ mod tests {
                 }
             });
         });
-        let (guard, waited) = lock.write();
+        let guard = lock.write();
         assert_eq!(*guard, (20_000, 20_000));
-        assert!(!waited);
         drop(guard);
         assert_eq!(lock.read_version(), Some(20_001));
     }

@@ -446,7 +446,6 @@ impl HeavyHitters {
                 stripe
                     .0
                     .write()
-                    .0
                     .windows
                     .iter()
                     .map(|(_, s)| s.len())
@@ -470,7 +469,7 @@ impl HeavyHitters {
     pub fn record_on(&self, stripe: usize, now_ns: u64, key: &str, hit: Hit, hits: u64) {
         let sub = self.config.sub_window_ns;
         // The stripe count is a power of two: a mask, not a division.
-        let (mut ring, _) = self.stripes[stripe & (self.stripes.len() - 1)].0.write();
+        let mut ring = self.stripes[stripe & (self.stripes.len() - 1)].0.write();
         let place = match ring.current {
             Some((start, place)) if now_ns >= start && now_ns - start < sub => place,
             _ => match ring.enter(now_ns, sub) {
@@ -503,7 +502,7 @@ impl HeavyHitters {
     /// `oldest` to `current`, one stripe locked at a time.
     fn each_summary(&self, oldest: u64, current: u64, mut f: impl FnMut(&Summary)) {
         for stripe in self.stripes.iter() {
-            let (ring, _) = stripe.0.write();
+            let ring = stripe.0.write();
             for (held, summary) in ring.windows.iter() {
                 if *held != EMPTY && (oldest..=current).contains(held) {
                     f(summary);
