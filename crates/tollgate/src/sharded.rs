@@ -60,7 +60,7 @@ struct Ahead {
     /// set when a denial was decided with the shard contended (threads
     /// taking turns on a key they are refused: see [`Located::contended`]),
     /// cleared by the next charge or when [`Probe::peek`], taking the lock
-    /// now and then, finds it was the last to hold it. Uncontended, the
+    /// now and then, finds the shard uncontended. Uncontended, the
     /// locked path is the faster one (it looks the key up once whatever the
     /// answer). Written only when it changes.
     peek_first: AtomicBool,
