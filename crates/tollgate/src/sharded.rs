@@ -30,7 +30,7 @@ pub(crate) struct ShardedMap<K, V> {
 #[repr(C, align(128))]
 struct Locked<K, V> {
     ahead: Ahead,
-    /// The last turn on the lock ([`Turn`]; 0 for none), for maps read
+    /// The last turn on the lock ([`TURN_TOKEN`]; 0 for none), for maps read
     /// without it; written under the lock, and only when it changes hands.
     /// One word, thread and key together: a second word beside the lock
     /// word pushed the table's header further along the lines threads on
@@ -39,17 +39,13 @@ struct Locked<K, V> {
     shard: ShardLock<Shard<K, V>>,
 }
 
-/// Who took a shard's lock when it last changed hands, and for which key:
-/// the thread's token in the low 48 bits (an address: user space is below
-/// 2^48) and the top 16 bits of the key's hash above. The two serve only
-/// to choose a path ([`Locked::changed_hands`]): a token or key mistaken
-/// for another costs time, never a wrong decision.
-struct Turn;
-
-impl Turn {
-    /// The token's bits.
-    const TOKEN: u64 = (1 << 48) - 1;
-}
+/// A shard's last turn ([`Locked::last`]) says who took the lock when it
+/// last changed hands, and for which key: the thread's token in these low
+/// 48 bits (an address: user space is below 2^48) and the top 16 bits of
+/// the key's hash above. The two serve only to choose a path
+/// ([`Locked::changed_hands`]): a token or key mistaken for another costs
+/// time, never a wrong decision.
+const TURN_TOKEN: u64 = (1 << 48) - 1;
 
 /// The read-mostly part of a shard: written only when the table moves or
 /// the way denials are tried changes.
@@ -92,19 +88,19 @@ impl<K, V> Locked<K, V> {
     #[inline(always)]
     fn changed_hands(&self, hash: u64, table: &Table<(K, V)>) -> bool {
         let (me, last) = (
-            thread_token() as u64 & Turn::TOKEN,
+            thread_token() as u64 & TURN_TOKEN,
             self.last.load(Ordering::Relaxed),
         );
         // Kept while the same thread takes turn after turn, whatever the
         // key: that costs one compare, as before keys were told apart.
-        if last & Turn::TOKEN == me {
+        if last & TURN_TOKEN == me {
             return false;
         }
-        let turn = me | (hash & !Turn::TOKEN);
+        let turn = me | (hash & !TURN_TOKEN);
         self.last.store(turn, Ordering::Relaxed);
         // 0: nobody held it yet. The table's length last: its header may
         // sit on the next line, one more to pass between cores.
-        last != 0 && ((last ^ turn) & !Turn::TOKEN == 0 || table.len() <= self.ahead.cached_keys)
+        last != 0 && ((last ^ turn) & !TURN_TOKEN == 0 || table.len() <= self.ahead.cached_keys)
     }
 }
 
@@ -602,7 +598,7 @@ mod tests {
         // The lock last changed hands for key 10 (this thread's first
         // insert after the other thread's turn); another key is one whose
         // hash differs in the bits a turn keeps.
-        let tag = |key: u64| map.hasher.hash_one(key) & !Turn::TOKEN;
+        let tag = |key: u64| map.hasher.hash_one(key) & !TURN_TOKEN;
         let other = (11..).find(|&key| tag(key) != tag(10)).unwrap();
         assert!(!map.locate(&1).contended);
         assert!(
