@@ -31,6 +31,9 @@ const INLINE: usize = 22;
 /// An owned string key that keeps up to [`CompactKey::INLINE`] bytes inline: the
 /// key type for strings in a [`Limiter`](crate::Limiter), looked up by
 /// [`KeyStr`]. It hashes, compares and orders as its `str` does.
+// Refusals compare bit copies of stored keys without the lock
+// (`crate::owned_keys`): nothing reachable through `&CompactKey` may ever
+// write to the key or what it owns.
 #[derive(Clone)]
 pub struct CompactKey(Repr);
 

@@ -91,8 +91,7 @@ impl<K: Hash + Eq, R: Rules> Keyed<K, R> {
         C: Clock,
     {
         let probe = self.map.probe(key);
-        // Known when compiled: keys that own memory never read unlocked.
-        if ShardedMap::<K, R::State>::LOCK_FREE_READS && probe.peek_first() {
+        if probe.reads_lock_free() && probe.peek_first() {
             if let Some(decision) = self.denial(&probe, key, cost, clock) {
                 return Ok(decision);
             }
@@ -250,8 +249,8 @@ impl<K: Hash + Eq, R: Rules> Keyed<K, R> {
     /// shard's lock ([`Probe::peek`]): nothing is written to a line the
     /// other threads use, so threads refused on one hot key do not move
     /// its lines between their cores. `None` if the copy could not be made
-    /// (the key is not stored, a writer got in the way, the key or the
-    /// state owns memory: [`ShardedMap::LOCK_FREE_READS`]) or the request
+    /// (the key is not stored, a writer got in the way, the map is never
+    /// read so: [`Probe::reads_lock_free`]) or the request
     /// would be admitted: those take the locked path. Kept out of line: inlined next to the locked path's decision,
     /// it slowed every check by a third.
     #[inline(never)]
@@ -546,7 +545,7 @@ mod tests {
 
     use super::*;
     use crate::rules::One;
-    use crate::{FakeClock, OnFull};
+    use crate::{CompactKey, FakeClock, OnFull};
 
     fn bounds() -> Bounds {
         Bounds {
@@ -574,10 +573,10 @@ mod tests {
             s.spawn(|| assert!(!keyed.check(&7, 1, &clock, &bounds).unwrap().allowed));
         });
         assert!(peek_first());
-        // Alone again: one read in `LOCKED_EVERY` takes the lock, finds
-        // the shard changed hands once more, then that this thread held it
-        // last.
-        for _ in 0..2 * crate::readers::LOCKED_EVERY {
+        // Alone again: after `LOCKED_EVERY` reads one takes the lock and
+        // finds the shard changed hands once more; after as many again,
+        // that this thread held it last.
+        for _ in 0..2 * (crate::readers::LOCKED_EVERY + 1) {
             assert!(!keyed.check(&7, 1, &clock, &bounds).unwrap().allowed);
         }
         assert!(!peek_first());
@@ -587,8 +586,8 @@ mod tests {
     /// denials without the lock first (as under contention) and one always
     /// locked: both must decide as the core does, and every denial or peek
     /// of a stored key must come from the lock-free path, equal to the
-    /// locked one (for keys that own memory, which never take it, the
-    /// lock-free path must give nothing).
+    /// locked one (for key types never read so, the lock-free path must
+    /// give nothing).
     fn lock_free_denials_are_the_locked_ones<K, S>(
         quota: Quota,
         trace: &[(u8, u64, u64)],
@@ -613,8 +612,10 @@ mod tests {
             let read = lock_free
                 .denial(&probe, &key, cost, &clock)
                 .or_else(|| lock_free.denial(&probe, &key, cost, &clock));
-            let lock_free_reads = ShardedMap::<K, S>::LOCK_FREE_READS;
-            if lock_free_reads && stored[usize::from(index)] && (!expected.allowed || cost == 0) {
+            if probe.reads_lock_free()
+                && stored[usize::from(index)]
+                && (!expected.allowed || cost == 0)
+            {
                 assert_eq!(read, Some(expected));
             } else {
                 assert_eq!(read, None);
@@ -683,24 +684,61 @@ mod tests {
             lock_free_denials_are_the_locked_ones::<_, Compact<Gcra>>(quota, &trace, |k| {
                 ["user-0", "user-1", "user-2", "user-3"][usize::from(k)]
             });
-            // Keys that own memory: always the locked path.
+            // Keys that own memory, of the types compared in place: the
+            // strings' own bytes, and a `CompactKey` inline or boxed.
             lock_free_denials_are_the_locked_ones::<_, Compact<Gcra>>(quota, &trace, |k| format!("user-{k}"));
+            lock_free_denials_are_the_locked_ones::<_, Compact<Gcra>>(quota, &trace, |k| {
+                CompactKey::new(&format!("{}-{k}", "k".repeat(usize::from(k) * 8)))
+            });
+            // A key type of the user's own that owns memory: always the
+            // locked path.
+            lock_free_denials_are_the_locked_ones::<_, Compact<Gcra>>(quota, &trace, |k| Named(format!("user-{k}")));
         }
     }
 
+    /// A key type of the user's own, owning memory: its `Eq` could do
+    /// anything on a bit copy, so it is never read without the lock.
+    #[derive(Clone, Hash, PartialEq, Eq)]
+    struct Named(String);
+
+    /// Whether a map of `key`'s type reads refusals without the lock.
+    fn reads_lock_free<K: Hash + Eq>(key: K) -> bool {
+        let map: ShardedMap<K, Compact<Gcra>> = ShardedMap::new(Sizing::growing(1));
+        map.probe(&key).reads_lock_free()
+    }
+
     #[test]
-    fn only_keys_that_own_no_memory_are_read_without_the_lock() {
-        type Map<K> = ShardedMap<K, Compact<Gcra>>;
-        const { assert!(Map::<u64>::LOCK_FREE_READS) };
-        const { assert!(Map::<[u8; 16]>::LOCK_FREE_READS) };
-        const { assert!(Map::<&'static str>::LOCK_FREE_READS) };
-        const { assert!(!Map::<String>::LOCK_FREE_READS) };
-        const { assert!(!Map::<Box<str>>::LOCK_FREE_READS) };
-        const { assert!(!Map::<std::sync::Arc<str>>::LOCK_FREE_READS) };
+    fn keys_that_own_no_memory_or_are_known_strings_are_read_without_the_lock() {
+        assert!(reads_lock_free(7u64));
+        assert!(reads_lock_free([0u8; 16]));
+        assert!(reads_lock_free("user-7"));
+        // Owning memory: the types `crate::owned_keys` lists, only.
+        assert!(reads_lock_free(String::from("user-7")));
+        assert!(reads_lock_free(CompactKey::new("user-7")));
+        assert!(!reads_lock_free(Named("user-7".into())));
+        // A state that owns memory: never, whatever the key.
+        let map: ShardedMap<u64, String> = ShardedMap::new(Sizing::growing(1));
+        assert!(!map.probe(&7).reads_lock_free());
     }
 
     #[test]
     fn hot_keys_refused_from_many_threads_while_tables_grow_and_keys_go() {
+        hot_keys_refused_while_tables_grow_and_keys_go(|n| n);
+        // Keys that own memory: a removed key's bytes are freed while the
+        // other threads compare keys without the lock. (Longer than a
+        // `CompactKey` holds inline: every key is its own allocation.)
+        hot_keys_refused_while_tables_grow_and_keys_go(|n| format!("user-{n}"));
+        hot_keys_refused_while_tables_grow_and_keys_go(|n| {
+            CompactKey::new(&format!("a key longer than inline: {n}"))
+        });
+    }
+
+    /// Threads refusing hot keys without the lock while another thread
+    /// churns their shards; `name` gives the `n`th key.
+    fn hot_keys_refused_while_tables_grow_and_keys_go<K>(name: impl Fn(u64) -> K + Sync)
+    where
+        K: Hash + Eq + Clone + Send + Sync,
+    {
         // The crash of session 9, on purpose: threads refused on hot keys
         // (so their shards read denials without the lock) while another
         // thread makes the same shards' tables grow, over and over (new
@@ -715,9 +753,9 @@ mod tests {
         let lock_free = AtomicUsize::new(0);
         for round in 0..8u64 {
             // Few shards: the churn lands in the hot keys' shards.
-            let keyed: Keyed<u64, One<Compact<Gcra>>> =
+            let keyed: Keyed<K, One<Compact<Gcra>>> =
                 Keyed::new(One::new(quota), Sizing::growing(2));
-            let hot: Vec<u64> = (0..4).map(|k| round << 32 | k).collect();
+            let hot: Vec<K> = (0..4).map(|k| name(round << 32 | k)).collect();
             let refusals: Vec<Decision> = hot
                 .iter()
                 .map(|key| {
@@ -766,7 +804,8 @@ mod tests {
                 }
                 let _stop = Stop(&done);
                 start.wait();
-                for key in 1_000..30_000u64 {
+                for n in 1_000..30_000u64 {
+                    let key = name(n);
                     assert!(keyed.check(&key, 1, &clock, &bounds).unwrap().allowed);
                     // A read right after each insert, which may have grown
                     // the table (twice, now and then): refused, as charged.
@@ -775,11 +814,11 @@ mod tests {
                         assert_eq!(decision, refusals[0]);
                     }
                     // Takes two new keys in three out again.
-                    if key % 3 != 0 {
+                    if n % 3 != 0 {
                         assert!(keyed.reset(&key, &bounds));
                     }
-                    if key % 1_000 == 0 {
-                        keyed.sweep_shard(key as usize / 1_000, 64, &clock, &bounds);
+                    if n % 1_000 == 0 {
+                        keyed.sweep_shard(n as usize / 1_000, 64, &clock, &bounds);
                     }
                 }
             });

@@ -69,6 +69,7 @@ mod keyed;
 mod limiter;
 #[cfg(feature = "async")]
 mod memory;
+mod owned_keys;
 mod policy;
 mod readers;
 #[cfg(feature = "async")]

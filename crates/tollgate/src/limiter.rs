@@ -30,7 +30,12 @@ use crate::{Clock, Limit, MonotonicClock, Policy, Quota, QuotaError};
 /// refused (a hot key under attack), its denials are decided from a copy of
 /// the key's state read without the lock (a sequence lock: the copy is
 /// used only if no charge came meanwhile), which writes nothing the other
-/// threads read, until a charge is admitted again. `Limiter` is `Send + Sync` and has no global
+/// threads read, until a charge is admitted again. That holds for keys
+/// that own no memory (`u64`, `[u8; N]`, `&'static str`) and for `String`,
+/// `Box<str>`, `Arc<str>`, `Vec<u8>`, `Box<[u8]>`, `Arc<[u8]>` and
+/// [`CompactKey`](crate::CompactKey); other key types that own memory
+/// always take the lock, since nothing can tell what their `Eq` does on a
+/// copy of a key another thread may be freeing. `Limiter` is `Send + Sync` and has no global
 /// state: share it with an `Arc`.
 ///
 /// ```

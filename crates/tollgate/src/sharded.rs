@@ -9,6 +9,7 @@ use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
+use crate::owned_keys;
 use crate::readers;
 use crate::shard_lock::{ShardLock, WriteGuard};
 use crate::table::{self, home, Table};
@@ -63,6 +64,9 @@ struct Ahead {
     /// The most keys this shard's table may hold for the whole map to fit
     /// in [`CACHED_BYTES`] (see [`Locked::changed_hands`]).
     cached_keys: usize,
+    /// Whether keys that own memory are compared without the lock
+    /// ([`ShardedMap::reads_owned_keys`]), decided when the map is made.
+    owned_keys_read: bool,
 }
 
 /// About what one core's own cache holds (1 MiB): a map of no more bytes of
@@ -195,6 +199,10 @@ pub(crate) struct Shard<K, V> {
     cursor: usize,
     /// The map's hasher: removing a key moves others, which rehashes them.
     hasher: foldhash::fast::RandomState,
+    /// Whether a removed key frees memory a read without the lock may be
+    /// comparing ([`ShardedMap::reads_owned_keys`]): it is then dropped
+    /// only once such reads end.
+    frees_what_readers_see: bool,
 }
 
 /// A key's hash and shard, before any lock is taken.
@@ -204,6 +212,14 @@ pub(crate) struct Probe<'a, K, V> {
 }
 
 impl<'a, K, V> Probe<'a, K, V> {
+    /// Whether this map is ever read without the lock: known when compiled
+    /// unless its keys own memory ([`ShardedMap::reads_owned_keys`]).
+    #[inline(always)]
+    pub(crate) fn reads_lock_free(&self) -> bool {
+        ShardedMap::<K, V>::OWNING_NOTHING
+            || (!std::mem::needs_drop::<V>() && self.locked.ahead.owned_keys_read)
+    }
+
     /// Whether denials in this shard are first tried without the lock.
     #[inline(always)]
     pub(crate) fn peek_first(&self) -> bool {
@@ -223,16 +239,15 @@ impl<'a, K, V> Probe<'a, K, V> {
     /// [`crate::readers`]): threads refused on one hot key then do not move
     /// its lines between their cores. `None` if the key is not stored, a
     /// writer got in the way, this thread has no reader slot or its turn
-    /// to take the lock came (`readers::enter`), or keys or values own
-    /// memory ([`ShardedMap::LOCK_FREE_READS`]): the caller then takes the
-    /// lock.
+    /// to take the lock came (`readers::enter`), or the map is never read
+    /// so ([`Probe::reads_lock_free`]): the caller then takes the lock.
     #[inline(always)]
     pub(crate) fn peek<Q>(&self, key: &Q) -> Option<V>
     where
         K: Borrow<Q>,
         Q: Eq + ?Sized,
     {
-        if !ShardedMap::<K, V>::LOCK_FREE_READS {
+        if !self.reads_lock_free() {
             return None;
         }
         let Some(_reading) = readers::enter() else {
@@ -240,6 +255,7 @@ impl<'a, K, V> Probe<'a, K, V> {
             // is still in the way: alone, the locked path is the cheaper.
             if !self.lock().contended {
                 self.set_peek_first(false);
+                readers::alone();
             }
             return None;
         };
@@ -292,12 +308,15 @@ impl<'a, K, V> Probe<'a, K, V> {
         //   control byte, read before it too, said it was full, so it is
         //   the bits of a stored entry, whole. Only then does it compare
         //   the key, with the user's `Borrow` and `Eq` on a bit copy.
-        // - Duplicating the bits is sound because neither `K` nor `V` has
-        //   drop glue (`LOCK_FREE_READS`): the copy is never dropped, and a
-        //   type without drop glue owns no memory that a writer could free
-        //   under the comparison (a removed key frees nothing; what a key
-        //   refers to outlives the map). Keys that own memory (`String`)
-        //   are never read here: a removal would free the bytes `Eq` reads.
+        // - Duplicating the bits is sound because `V` has no drop glue and
+        //   `K` either has none or is one of `crate::owned_keys`'s types
+        //   (`reads_lock_free`); the copy is never dropped. A key without
+        //   drop glue owns no memory a writer could free under the
+        //   comparison (what it refers to outlives the map). A listed key
+        //   that owns memory is only read through `&K`, which reads that
+        //   memory and changes nothing in it, and a writer that removes
+        //   such a key drops it only after `readers::wait` (`Shard::remove`),
+        //   which waits for this announcement to end.
         let entry = unsafe {
             table::peek::<(K, V)>(tags, slots, homes, self.hash, |entry| {
                 lock.unchanged(version) && entry.assume_init_ref().0.borrow() == key
@@ -312,11 +331,11 @@ impl<'a, K, V> Probe<'a, K, V> {
     #[inline(always)]
     pub(crate) fn lock(&self) -> Located<'a, K, V> {
         let shard = self.locked.shard.write();
-        // Known when compiled: only maps read without the lock use it. (A
-        // wait for the lock needs no test of its own: the thread waited for
-        // then held it last.)
-        let contended = ShardedMap::<K, V>::LOCK_FREE_READS
-            && self.locked.changed_hands(self.hash, &shard.table);
+        // Only maps read without the lock use it (known when compiled
+        // unless keys own memory). A wait for the lock needs no test of its
+        // own: the thread waited for then held it last.
+        let contended =
+            self.reads_lock_free() && self.locked.changed_hands(self.hash, &shard.table);
         Located {
             hash: self.hash,
             hint: &self.locked.ahead.hint,
@@ -366,18 +385,24 @@ impl<K, V> Located<'_, K, V> {
 }
 
 impl<K, V> ShardedMap<K, V> {
-    /// Whether [`Probe::peek`] reads this map without the lock: only if
-    /// neither keys nor values have drop glue (`u64`, `[u8; 16]`, `&str`
-    /// borrowed for the map's life), so that no writer ever frees memory a
-    /// key or value read without the lock refers to. Then only a table's
-    /// growth frees memory such a reader may look at (the old table, after
-    /// `readers::wait`). A key that owns memory (`String`) stays on the
-    /// locked path: the lock-free path was once taken for those too, its
-    /// removals waiting for readers, but a key type's own `Eq` and
-    /// `Borrow` running on a bit copy whose memory another thread owns is
-    /// more than can be shown sound for every key type.
-    pub(crate) const LOCK_FREE_READS: bool =
+    /// Whether neither keys nor values have drop glue (`u64`, `[u8; 16]`,
+    /// `&str` borrowed for the map's life): [`Probe::peek`] then always
+    /// reads the map without the lock, since no writer frees memory such a
+    /// key or value refers to; only a table's growth frees memory a reader
+    /// may look at (the old table, after `readers::wait`).
+    pub(crate) const OWNING_NOTHING: bool =
         !std::mem::needs_drop::<K>() && !std::mem::needs_drop::<V>();
+
+    /// Whether keys that own memory are read without the lock too: values
+    /// own none and the key type is one whose copies may be compared while
+    /// another thread owns the memory (`String`, `CompactKey`: see
+    /// [`crate::owned_keys`]). Each removal of such a key then waits for
+    /// the reads in progress before dropping it ([`Shard::remove`]).
+    fn reads_owned_keys() -> bool {
+        std::mem::needs_drop::<K>()
+            && !std::mem::needs_drop::<V>()
+            && owned_keys::readable_in_place::<K>()
+    }
 }
 
 impl<K: Hash + Eq, V> ShardedMap<K, V> {
@@ -385,6 +410,7 @@ impl<K: Hash + Eq, V> ShardedMap<K, V> {
     pub(crate) fn new(sizing: Sizing) -> Self {
         let hasher = foldhash::fast::RandomState::default();
         let count = sizing.shards.max(1);
+        let owned_keys_read = Self::reads_owned_keys();
         ShardedMap {
             shards: (0..count)
                 .map(|index| {
@@ -401,12 +427,14 @@ impl<K: Hash + Eq, V> ShardedMap<K, V> {
                             peek_first: AtomicBool::new(false),
                             cached_keys: CACHED_BYTES
                                 / (count * std::mem::size_of::<(K, V)>()).max(1),
+                            owned_keys_read,
                         },
                         last: AtomicU64::new(0),
                         shard: ShardLock::new(Shard {
                             table,
                             cursor: 0,
                             hasher: hasher.clone(),
+                            frees_what_readers_see: owned_keys_read,
                         }),
                     }
                 })
@@ -526,9 +554,23 @@ impl<K: Hash, V> Shard<K, V> {
     /// Removes the entry in full bucket `index` (the entries after it may
     /// move back).
     pub(crate) fn remove(&mut self, index: usize) -> (K, V) {
-        // No reader without the lock needs waiting for: the table's memory
-        // stays, and [`Probe::peek`] reads only maps whose keys and values
-        // own no memory, so the entry frees nothing such a reader sees.
+        self.let_readers_go();
+        self.take(index)
+    }
+
+    /// Waits for the reads without the lock in progress, if a removed key
+    /// frees memory they may be comparing: the caller holds the lock, so
+    /// every read that may see the key ends first (`readers::wait`), and
+    /// later ones find the lock held. Keys without drop glue free nothing
+    /// such a read sees: their removals never wait.
+    fn let_readers_go(&self) {
+        if self.frees_what_readers_see {
+            readers::wait();
+        }
+    }
+
+    /// Takes the entry in full bucket `index` out of the table.
+    fn take(&mut self, index: usize) -> (K, V) {
         let hasher = &self.hasher;
         self.table.remove(index, &|(k, _)| hasher.hash_one(k))
     }
@@ -554,7 +596,12 @@ impl<K: Hash, V> Shard<K, V> {
         while looked < budget.min(buckets) && removed < max_removed {
             let index = self.cursor % buckets;
             if self.table.get(index).is_some_and(|(_, v)| expired(v)) {
-                self.remove(index);
+                // One wait, before the first removal, serves the whole
+                // sweep: the lock is held throughout.
+                if removed == 0 {
+                    self.let_readers_go();
+                }
+                self.take(index);
                 removed += 1;
                 continue;
             }
@@ -640,6 +687,28 @@ mod tests {
 
     #[test]
     fn lock_free_reads_see_stored_values_while_tables_grow_and_keys_go() {
+        lock_free_reads_while_tables_grow_and_keys_go(|n| n);
+        // Keys that own memory, freed as they go while read.
+        lock_free_reads_while_tables_grow_and_keys_go(|n| format!("key-{n}"));
+        // A key type of the user's own that owns memory is never read
+        // without the lock.
+        #[derive(Hash, PartialEq, Eq)]
+        struct Named(String);
+        let map: ShardedMap<Named, u64> = ShardedMap::new(Sizing::growing(1));
+        let key = Named("key".into());
+        let mut located = map.locate(&key);
+        map.insert(&mut located, Named("key".into()), 1);
+        drop(located);
+        let probe = map.probe(&key);
+        assert_eq!(probe.peek(&key).or_else(|| probe.peek(&key)), None);
+    }
+
+    /// Two threads reading `name(n)`'s values without the lock while the
+    /// test's thread churns the map.
+    fn lock_free_reads_while_tables_grow_and_keys_go<K>(name: impl Fn(u64) -> K + Sync)
+    where
+        K: Hash + Eq + Send + Sync,
+    {
         // Two shards whose tables keep growing and losing keys (removed
         // one by one and by the sweep), read without the lock by two
         // threads: a read finds a key's own value or nothing, never
@@ -648,17 +717,18 @@ mod tests {
         // sanitizer, as a use after free).
         let value_of = |key: u64| key.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
         for round in 0..8u64 {
-            let map: ShardedMap<u64, u64> = ShardedMap::new(Sizing::growing(2));
+            let map: ShardedMap<K, u64> = ShardedMap::new(Sizing::growing(2));
             for pass in 0..3u64 {
                 let stop = AtomicBool::new(false);
                 std::thread::scope(|s| {
                     for thread in 0..2u64 {
-                        let (map, stop) = (&map, &stop);
+                        let (map, stop, name) = (&map, &stop, &name);
                         s.spawn(move || {
                             let mut n = thread;
                             while !stop.load(Ordering::Relaxed) {
                                 n = (n + 7) % 20_000;
-                                if let Some(value) = map.probe(&n).peek(&n) {
+                                let key = name(n);
+                                if let Some(value) = map.probe(&key).peek(&key) {
                                     assert_eq!(value, value_of(n), "{n}");
                                 }
                             }
@@ -673,18 +743,20 @@ mod tests {
                     }
                     let _stop = Stop(&stop);
                     for n in 0..20_000u64 {
-                        let mut located = map.locate(&n);
-                        if located.get_mut(&n).is_none() {
-                            map.insert(&mut located, n, value_of(n));
+                        let key = name(n);
+                        let mut located = map.locate(&key);
+                        if located.get_mut(&key).is_none() {
+                            map.insert(&mut located, name(n), value_of(n));
                         }
                         drop(located);
                         // A read right after each insert, which may have
                         // grown the table (twice, now and then).
-                        let read = map.probe(&n).peek(&n);
+                        let read = map.probe(&key).peek(&key);
                         assert!(read.is_none() || read == Some(value_of(n)));
                     }
                     for n in ((round + pass) % 3..20_000u64).step_by(3) {
-                        map.locate(&n).remove(&n);
+                        let key = name(n);
+                        map.locate(&key).remove(&key);
                     }
                     for shard in 0..map.shard_count() {
                         let mut shard = map.lock_shard(shard);
@@ -696,20 +768,14 @@ mod tests {
                 // `readers::LOCKED_EVERY` on a thread is sent to the lock
                 // on purpose: a second read is not).
                 for n in 0..20_000u64 {
-                    let stored = map.locate(&n).get_mut(&n).copied();
-                    let probe = map.probe(&n);
-                    let read = probe.peek(&n).or_else(|| probe.peek(&n));
+                    let key = name(n);
+                    let stored = map.locate(&key).get_mut(&key).copied();
+                    let probe = map.probe(&key);
+                    let read = probe.peek(&key).or_else(|| probe.peek(&key));
                     assert_eq!(read, stored);
                 }
             }
         }
-        // Keys that own memory are never read without the lock.
-        let map: ShardedMap<String, u64> = ShardedMap::new(Sizing::growing(1));
-        let mut located = map.locate("key");
-        map.insert(&mut located, "key".to_string(), 1);
-        drop(located);
-        let probe = map.probe("key");
-        assert_eq!(probe.peek("key").or_else(|| probe.peek("key")), None);
     }
 
     #[test]
