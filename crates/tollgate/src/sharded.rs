@@ -390,8 +390,7 @@ impl<K, V> ShardedMap<K, V> {
     /// reads the map without the lock, since no writer frees memory such a
     /// key or value refers to; only a table's growth frees memory a reader
     /// may look at (the old table, after `readers::wait`).
-    pub(crate) const OWNING_NOTHING: bool =
-        !std::mem::needs_drop::<K>() && !std::mem::needs_drop::<V>();
+    const OWNING_NOTHING: bool = !std::mem::needs_drop::<K>() && !std::mem::needs_drop::<V>();
 
     /// Whether keys that own memory are read without the lock too: values
     /// own none and the key type is one whose copies may be compared while
