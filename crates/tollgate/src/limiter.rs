@@ -76,7 +76,7 @@ use crate::{Clock, Limit, MonotonicClock, Policy, Quota, QuotaError};
 ///
 /// A key of the bucket family (GCRA, token bucket, leaky bucket and queue)
 /// is stored in 16 bytes whenever its quota allows (see
-/// [`Compact`](tollgate_core::Compact)): with a `u64` key, about 30.5 bytes
+/// [`Compact`]): with a `u64` key, about 30.5 bytes
 /// per key at 1M keys when the tables grow on demand (they grow by an
 /// eighth at a time, so they stay 78–88% full), 29.2 with
 /// [`LimiterBuilder::capacity`] (see `docs/PERFORMANCE.md`).
@@ -315,7 +315,7 @@ impl<K: Hash + Eq, C: Clock> LimiterBuilder<K, C> {
 }
 
 impl<K: Hash + Eq> Limiter<K> {
-    /// A limiter for `policy` (a [`Limit`](crate::Limit) or a [`Policy`] of
+    /// A limiter for `policy` (a [`Limit`] or a [`Policy`] of
     /// several) on the default monotonic clock, with no bound on keys.
     pub fn new(policy: impl Into<Policy>) -> Self {
         Limiter::builder(policy).build()
