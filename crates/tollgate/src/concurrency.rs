@@ -53,7 +53,9 @@ impl<K: Hash + Eq> ConcurrencyLimiter<K> {
     pub fn new(max_in_flight: u64) -> Self {
         ConcurrencyLimiter {
             max_in_flight,
-            in_flight: ShardedMap::new(Sizing::growing(default_shards())),
+            // Never read without the lock: a release that empties a key
+            // removes it without waiting for readers.
+            in_flight: ShardedMap::locked_only(Sizing::growing(default_shards())),
         }
     }
 

@@ -405,11 +405,24 @@ impl<K, V> ShardedMap<K, V> {
 }
 
 impl<K: Hash + Eq, V> ShardedMap<K, V> {
-    /// An empty map laid out as `sizing` says.
+    /// An empty map laid out as `sizing` says, whose denials may be read
+    /// without the lock ([`Probe::peek`]).
     pub(crate) fn new(sizing: Sizing) -> Self {
+        Self::laid_out(sizing, Self::reads_owned_keys())
+    }
+
+    /// An empty map laid out as `sizing` says, for a caller that never
+    /// reads it without the lock: removing a key that owns memory then
+    /// never waits for readers ([`Shard::remove`]).
+    pub(crate) fn locked_only(sizing: Sizing) -> Self {
+        Self::laid_out(sizing, false)
+    }
+
+    /// An empty map whose keys that own memory are compared without the
+    /// lock if `owned_keys_read`.
+    fn laid_out(sizing: Sizing, owned_keys_read: bool) -> Self {
         let hasher = foldhash::fast::RandomState::default();
         let count = sizing.shards.max(1);
-        let owned_keys_read = Self::reads_owned_keys();
         ShardedMap {
             shards: (0..count)
                 .map(|index| {
@@ -775,6 +788,16 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn only_maps_read_without_the_lock_wait_for_readers_when_keys_go() {
+        let map: ShardedMap<String, u64> = ShardedMap::new(Sizing::growing(1));
+        assert!(map.probe("key").reads_lock_free());
+        assert!(map.lock_shard(0).frees_what_readers_see);
+        let map: ShardedMap<String, u64> = ShardedMap::locked_only(Sizing::growing(1));
+        assert!(!map.probe("key").reads_lock_free());
+        assert!(!map.lock_shard(0).frees_what_readers_see);
     }
 
     #[test]
