@@ -124,7 +124,7 @@ impl Hash for KeyStr {
 #[inline(always)]
 fn same_bytes(a: &[u8], b: &[u8]) -> bool {
     let n = a.len();
-    if n > 16 || b.len() != n {
+    if n > 16 {
         return a == b;
     }
     if n >= 8 {
