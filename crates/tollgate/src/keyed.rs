@@ -725,9 +725,9 @@ mod tests {
     fn hot_keys_refused_from_many_threads_while_tables_grow_and_keys_go() {
         hot_keys_refused_while_tables_grow_and_keys_go(|n| n);
         // Keys that own memory: a removed key's bytes are freed while the
-        // other threads compare keys without the lock. (Longer than a
-        // `CompactKey` holds inline: every key is its own allocation.)
+        // other threads compare keys without the lock.
         hot_keys_refused_while_tables_grow_and_keys_go(|n| format!("user-{n}"));
+        // Longer than a `CompactKey` holds inline: each its own allocation.
         hot_keys_refused_while_tables_grow_and_keys_go(|n| {
             CompactKey::new(&format!("a key longer than inline: {n}"))
         });
