@@ -12,17 +12,20 @@
 //! charge and the refund, other requests may see the charged numbers:
 //! refusals are all-or-nothing in effect, not isolated transactions.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
 use smallvec::SmallVec;
 use tollgate::top::Hit;
 use tollgate::{Backend, BackendError, BackendExt, Decision, RetryAfter};
 
-use crate::answer::{Reason, Refusal};
+use crate::answer::{problem_json, Reason, Refusal};
 use crate::fields::{
     retry_after_secs, secs_up, write_limit_parameters, write_policy_item, PolicyItem, RATELIMIT,
     RATELIMIT_POLICY, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET,
 };
+use crate::last_answer::{self, Recall};
 use crate::layer::Gate;
 use crate::observe::{Op, Outcome};
 use crate::policies::PolicyValues;
@@ -359,10 +362,24 @@ impl<B: Backend> Gate<B> {
         refusal: &Refusal,
         entries: &[Entry],
     ) -> Response<LimitBody<Body>> {
-        let (content_type, body): (HeaderValue, Bytes) = (self.options.body)(refusal);
+        let made = || self.answer(refusal, entries);
+        let (fields, body) = match self.recall(refusal, entries) {
+            Some(recall) => last_answer::answer(recall, made),
+            None => made(),
+        };
         let mut response = Response::new(LimitBody::answer(body));
         *response.status_mut() = refusal.status;
-        let headers = response.headers_mut();
+        *response.headers_mut() = fields;
+        response
+    }
+
+    /// The fields and body of the answer to `refusal`.
+    fn answer(&self, refusal: &Refusal, entries: &[Entry]) -> (HeaderMap, Bytes) {
+        let (content_type, body) = match &self.options.body {
+            Some(writer) => writer(refusal),
+            None => problem_json(refusal),
+        };
+        let mut headers = HeaderMap::new();
         if let Some(secs) = refusal.retry_after() {
             let digits = |out: &mut String| out.push_str(itoa::Buffer::new().format(secs));
             if let Ok(value) = scratch::header_value(digits) {
@@ -373,10 +390,30 @@ impl<B: Backend> Gate<B> {
             refusal.reason,
             Reason::Limited { .. } | Reason::TooLarge { .. }
         ) {
-            self.write_fields(headers, entries);
+            self.write_fields(&mut headers, entries);
         }
         headers.insert(http::header::CONTENT_TYPE, content_type);
-        response
+        (headers, body)
+    }
+
+    /// What the answer to `refusal` is made from, when nothing else goes
+    /// into it: a 429 with the layer's own body, showing one rule that has
+    /// no partition key (see [`last_answer`]).
+    fn recall(&self, refusal: &Refusal, entries: &[Entry]) -> Option<Recall> {
+        let Reason::Limited { retry_after } = refusal.reason else {
+            return None;
+        };
+        let mut shown = entries.iter().filter(|e| e.shown);
+        let entry = shown.next()?;
+        let rule = &self.rules[entry.rule].rule;
+        let alone = shown.next().is_none() && Arc::ptr_eq(&rule.name, &refusal.rule);
+        (alone && !rule.partition_key && self.options.body.is_none()).then(|| Recall {
+            layer: self.id,
+            rule: entry.rule,
+            retry_after,
+            remaining: entry.decision.remaining,
+            reset: reset_secs(&entry.decision),
+        })
     }
 
     /// Adds the rate-limit fields to an admitted response, if enabled.

@@ -8,8 +8,9 @@ use tollgate::top::{HeavyHitters, Top, TopConfig};
 use tollgate::{Backend, BackendError, Clock, MonotonicClock};
 use tower_layer::Layer;
 
-use crate::answer::{problem_json, BodyWriter};
+use crate::answer::BodyWriter;
 use crate::fields::{member_name, secs_up, valid_name, write_policy_item, PolicyItem};
+use crate::last_answer;
 use crate::observe::{Latency, RuleMetrics};
 use crate::policies::PolicyValues;
 use crate::view::Reads;
@@ -190,8 +191,9 @@ impl<B: Backend> RateLimitBuilder<B> {
     }
 
     /// Replaces the refusal body (RFC 9457 problem details by default).
+    /// `writer` is called for every answer the layer makes itself.
     pub fn body(mut self, writer: BodyWriter) -> Self {
-        self.options.body = writer;
+        self.options.body = Some(writer);
         self
     }
 
@@ -290,6 +292,7 @@ impl<B: Backend> RateLimitBuilder<B> {
                 switch: self.switch,
                 options: self.options,
                 clock: self.clock,
+                id: last_answer::layer_id(),
             }),
         })
     }
@@ -313,6 +316,8 @@ pub(crate) struct Gate<B: Backend> {
     pub(crate) latency: Latency,
     /// What the rules read of a request beyond what every view has.
     pub(crate) reads: Reads,
+    /// This layer's [`last_answer::layer_id`].
+    pub(crate) id: u64,
 }
 
 impl<B: Backend> Gate<B> {
@@ -374,7 +379,9 @@ pub(crate) struct Options {
     pub(crate) legacy_fields: bool,
     pub(crate) too_large: StatusCode,
     pub(crate) unavailable_retry_after: u64,
-    pub(crate) body: BodyWriter,
+    /// `None`: [`problem_json`], whose answers may be reused
+    /// ([`crate::last_answer`]).
+    pub(crate) body: Option<BodyWriter>,
 }
 
 impl Default for Options {
@@ -384,7 +391,7 @@ impl Default for Options {
             legacy_fields: false,
             too_large: StatusCode::PAYLOAD_TOO_LARGE,
             unavailable_retry_after: 1,
-            body: Arc::new(problem_json),
+            body: None,
         }
     }
 }

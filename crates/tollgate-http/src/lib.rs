@@ -100,6 +100,7 @@ mod digest;
 pub mod fields;
 mod ip;
 mod key;
+mod last_answer;
 mod layer;
 pub mod learn;
 mod matcher;

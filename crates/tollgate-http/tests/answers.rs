@@ -244,3 +244,81 @@ content-length: 2
 
 ok"#,
 ];
+
+/// A layer of one rule per client address, 60 a minute with a burst of
+/// `burst`, answering with `body` when given (else the layer's own).
+fn one_rule(
+    clock: &FakeClock,
+    name: &str,
+    burst: u64,
+    body: Option<tollgate_http::BodyWriter>,
+) -> Router {
+    let mut builder = RateLimit::builder(MemoryBackend::with_clock(clock.clone()))
+        .rule(Rule::new(
+            name,
+            Limit::new(Algorithm::Gcra, quota(60, burst)),
+        ))
+        .legacy_fields(true);
+    if let Some(body) = body {
+        builder = builder.body(body);
+    }
+    Router::new()
+        .route("/", get(|| async { "ok" }))
+        .layer(builder.build().unwrap())
+}
+
+/// A thread keeps its last 429 to answer the next equal refusal: every
+/// answer, kept or not, is byte for byte the one a layer that keeps none
+/// makes (a body writer of the user's turns the keeping off, and is called
+/// for every refusal). Two layers whose rules share a place and a wait take
+/// turns on this one thread, each asked twice in a row: the second is
+/// answered from the first, and a layer never gets the other's answer.
+#[tokio::test]
+async fn a_kept_answer_is_the_answer_made_afresh() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let clock = FakeClock::new();
+    let written = Arc::new(AtomicUsize::new(0));
+    let count = Arc::clone(&written);
+    let counted: tollgate_http::BodyWriter = Arc::new(move |refusal| {
+        count.fetch_add(1, Ordering::Relaxed);
+        tollgate_http::problem_json(refusal)
+    });
+    let pairs = [
+        (
+            one_rule(&clock, "per-ip", 2, None),
+            one_rule(&clock, "per-ip", 2, Some(counted)),
+        ),
+        (
+            one_rule(&clock, "per-client", 3, None),
+            one_rule(
+                &clock,
+                "per-client",
+                3,
+                Some(Arc::new(tollgate_http::problem_json)),
+            ),
+        ),
+    ];
+    let mut refused = [0, 0];
+    for step in 0..40 {
+        for (i, (kept, fresh)) in pairs.iter().enumerate() {
+            for _ in 0..2 {
+                let seen = render(kept, request("GET", "/", &[])).await;
+                assert_eq!(
+                    seen,
+                    render(fresh, request("GET", "/", &[])).await,
+                    "step {step}"
+                );
+                refused[i] += usize::from(seen.starts_with("429"));
+            }
+        }
+        // Waits of 1 s and 2 s, and an admission now and then.
+        clock.advance(Duration::from_millis(if step % 10 == 9 {
+            1500
+        } else {
+            100
+        }));
+    }
+    assert!(refused.iter().all(|&n| n > 40), "{refused:?}");
+    assert_eq!(written.load(Ordering::Relaxed), refused[0]);
+}
