@@ -1,5 +1,9 @@
 use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
+
+use pin_project_lite::pin_project;
 
 use tollgate_core::{Algorithm, Decision, Lease, LeaseError};
 
@@ -65,7 +69,10 @@ pub trait BackendExt: Backend {
         policy: &Self::Prepared,
         cost: u64,
     ) -> impl Future<Output = Result<Decision, BackendError>> + Send {
-        decided(self.apply(key, policy, Operation::Check(cost)))
+        Reported::new(
+            self.apply(key, policy, Operation::Check(cost)),
+            Outcome::into_decision,
+        )
     }
 
     /// Gives `cost` back to `key` on every limit, atomically: the exact
@@ -81,7 +88,10 @@ pub trait BackendExt: Backend {
         policy: &Self::Prepared,
         cost: u64,
     ) -> impl Future<Output = Result<Decision, BackendError>> + Send {
-        decided(self.apply(key, policy, Operation::Refund(cost)))
+        Reported::new(
+            self.apply(key, policy, Operation::Refund(cost)),
+            Outcome::into_decision,
+        )
     }
 
     /// Charges `cost` to `key` on every limit whatever its state, atomically:
@@ -97,7 +107,10 @@ pub trait BackendExt: Backend {
         policy: &Self::Prepared,
         cost: u64,
     ) -> impl Future<Output = Result<Decision, BackendError>> + Send {
-        decided(self.apply(key, policy, Operation::Force(cost)))
+        Reported::new(
+            self.apply(key, policy, Operation::Force(cost)),
+            Outcome::into_decision,
+        )
     }
 
     /// Admits and charges, atomically on every limit, the largest cost
@@ -113,8 +126,10 @@ pub trait BackendExt: Backend {
         policy: &Self::Prepared,
         max: u64,
     ) -> impl Future<Output = Result<Lease, BackendError>> + Send {
-        let applied = self.apply(key, policy, Operation::Lease(max));
-        async move { applied.await?.into_lease() }
+        Reported::new(
+            self.apply(key, policy, Operation::Lease(max)),
+            Outcome::into_lease,
+        )
     }
 
     /// Forgets `key`'s state under the policy, as if it had never been seen.
@@ -123,18 +138,49 @@ pub trait BackendExt: Backend {
         key: &str,
         policy: &Self::Prepared,
     ) -> impl Future<Output = Result<(), BackendError>> + Send {
-        let applied = self.apply(key, policy, Operation::Reset);
-        async move { applied.await?.into_reset() }
+        Reported::new(
+            self.apply(key, policy, Operation::Reset),
+            Outcome::into_reset,
+        )
     }
 }
 
 impl<B: Backend> BackendExt for B {}
 
-/// The decision an applied check, refund or forced charge reports.
-async fn decided(
-    applied: impl Future<Output = Result<Outcome, BackendError>>,
-) -> Result<Decision, BackendError> {
-    applied.await?.into_decision()
+pin_project! {
+    /// What a typed call reports: its [`Backend::apply`] future, polled
+    /// where it lies, and the outcome read as the call's answer. Not an
+    /// `async` fn or block: one keeps the store's future twice (the value
+    /// it was given and the one it awaits) and copies it from one to the
+    /// other at the first poll. The server's guarded store's call is a
+    /// state machine of several hundred bytes, and every caller above
+    /// carries and moves what is held here.
+    struct Reported<F, R> {
+        #[pin]
+        applied: F,
+        report: R,
+    }
+}
+
+impl<F, R> Reported<F, R> {
+    fn new(applied: F, report: R) -> Self {
+        Reported { applied, report }
+    }
+}
+
+impl<F, R, T> Future for Reported<F, R>
+where
+    F: Future<Output = Result<Outcome, BackendError>>,
+    R: Fn(Outcome) -> Result<T, BackendError>,
+{
+    type Output = Result<T, BackendError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        this.applied
+            .poll(cx)
+            .map(|applied| applied.and_then(&*this.report))
+    }
 }
 
 /// One of the [`Backend`] operations on a key, with its amount: the one
@@ -324,5 +370,65 @@ mod tests {
             Err(BackendError::Store(_))
         ));
         assert!(Outcome::Reset.into_reset().is_ok());
+    }
+
+    /// A store whose call keeps a kilobyte across its one wait, as a shared
+    /// store's client does, and answers `outcome`.
+    struct Large {
+        outcome: Outcome,
+    }
+
+    impl Backend for Large {
+        type Prepared = ();
+
+        fn prepare(&self, _: &Policy) -> Result<(), BackendError> {
+            Ok(())
+        }
+
+        fn apply(
+            &self,
+            _: &str,
+            _: &(),
+            _: Operation,
+        ) -> impl Future<Output = Result<Outcome, BackendError>> + Send {
+            let outcome = self.outcome;
+            async move {
+                let buffer = ([1u8; 1024], String::from("held"));
+                tokio::task::yield_now().await;
+                assert_eq!(buffer.0.iter().map(|&b| u64::from(b)).sum::<u64>(), 1024);
+                assert_eq!(buffer.1, "held");
+                Ok(outcome)
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_typed_call_holds_the_store_call_once_and_reads_its_outcome() {
+        let decision = Decision {
+            allowed: true,
+            limit: 1,
+            remaining: 0,
+            retry_after: tollgate_core::RetryAfter::Now,
+            reset_after: 0,
+            delay: 0,
+        };
+        let store = Large {
+            outcome: Outcome::Decided(decision),
+        };
+        let applied = std::mem::size_of_val(&store.apply("k", &(), Operation::Check(1)));
+        assert!(applied > 1024);
+        assert_eq!(std::mem::size_of_val(&store.check("k", &(), 1)), applied);
+        assert_eq!(std::mem::size_of_val(&store.reset("k", &())), applied);
+        assert_eq!(store.check("k", &(), 1).await.unwrap(), decision);
+        assert_eq!(store.refund("k", &(), 1).await.unwrap(), decision);
+        assert_eq!(store.force("k", &(), 1).await.unwrap(), decision);
+        assert!(matches!(
+            store.lease("k", &(), 1).await,
+            Err(BackendError::Store(_))
+        ));
+        assert!(matches!(
+            store.reset("k", &()).await,
+            Err(BackendError::Store(_))
+        ));
     }
 }
