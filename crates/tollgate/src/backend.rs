@@ -339,16 +339,21 @@ where
 mod tests {
     use super::*;
 
-    #[test]
-    fn an_outcome_of_another_kind_is_a_store_error_not_a_panic() {
-        let decision = Decision {
+    /// A decision admitting the last unit of a quota of one.
+    fn admitted() -> Decision {
+        Decision {
             allowed: true,
             limit: 1,
             remaining: 0,
             retry_after: tollgate_core::RetryAfter::Now,
             reset_after: 0,
             delay: 0,
-        };
+        }
+    }
+
+    #[test]
+    fn an_outcome_of_another_kind_is_a_store_error_not_a_panic() {
+        let decision = admitted();
         let leased = Operation::Lease(1).outcome(Lease {
             granted: 1,
             decision,
@@ -404,14 +409,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_typed_call_holds_the_store_call_once_and_reads_its_outcome() {
-        let decision = Decision {
-            allowed: true,
-            limit: 1,
-            remaining: 0,
-            retry_after: tollgate_core::RetryAfter::Now,
-            reset_after: 0,
-            delay: 0,
-        };
+        let decision = admitted();
         let store = Large {
             outcome: Outcome::Decided(decision),
         };
